@@ -1,0 +1,359 @@
+"""The one module that talks to litellm.
+
+It imports litellm lazily in a worker thread (the import takes seconds and must neither
+block the event loop nor delay cancellation), turns litellm's exceptions into our
+`JudgeError` family at one boundary, and retries transient failures with tenacity. litellm's
+and the provider SDK's own retries are switched off so attempts do not multiply.
+"""
+
+from __future__ import annotations
+
+import email.utils
+import logging
+import os
+import threading
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import anyio
+from tenacity import (
+    AsyncRetrying,
+    RetryCallState,
+    retry_if_exception,
+    stop_after_attempt,
+    wait_exponential,
+    wait_random,
+)
+
+from judge.errors import (
+    JudgeConnectionError,
+    JudgeError,
+    JudgeHTTPError,
+    JudgeOutputError,
+    JudgeRateLimited,
+    JudgeTimeout,
+)
+
+logger = logging.getLogger("judge.llm")
+
+# The judge writes 2-4 sentences and one number; 600 tokens leaves room for verbose
+# models while bounding the cost of a runaway reply.
+JUDGE_MAX_TOKENS = 600
+# Backoff between retries when the server gave no Retry-After: 0.5 s, 1 s, 2 s ... capped
+# at 8 s, plus up to 0.5 s of jitter so that many trackers do not retry in lockstep.
+BACKOFF_INITIAL_S = 0.5
+BACKOFF_MAX_S = 8.0
+BACKOFF_JITTER_S = 0.5
+# Local OpenAI-compatible servers (llama.cpp, vLLM) ignore the key, but the OpenAI SDK
+# refuses to send a request without one.
+PLACEHOLDER_API_KEY = "not-needed"
+# litellm reports a missing key as a 500; it is a configuration error, not an outage.
+_CREDENTIAL_HINTS = ("missing credentials", "api_key client option must be set")
+# Slack on top of timeout_s for our own watchdog, in case the transport ignores its timeout.
+WATCHDOG_GRACE_S = 1.0
+
+SCHEMA_NAME = "unproductive_state_assessment"
+# Ways to ask for structured output, most precise first; a provider that rejects one is
+# asked with the next (llama.cpp's server takes json_object+schema, not json_schema).
+FORMAT_MODES = ("json_schema", "json_object_schema", "json_object", "none")
+_FORMAT_HINTS = ("response_format", "json_schema", "schema", "json_object")
+
+Sleep = Callable[[float], Awaitable[None]]
+
+
+@dataclass(frozen=True, slots=True)
+class ModelReply:
+    """A raw reply: the text still needs parsing into an assessment."""
+
+    content: str | None
+    finish_reason: str | None
+    prompt_tokens: int | None
+    completion_tokens: int | None
+    cost_usd: float | None
+    attempts: int
+
+
+class LLMClient(Protocol):
+    """What the judge needs from a model endpoint; tests substitute their own."""
+
+    async def complete(
+        self, model: str, messages: list[dict[str, str]], *, schema: dict[str, Any]
+    ) -> ModelReply: ...
+
+
+_litellm: Any = None
+_import_lock = threading.Lock()
+
+
+def _import_litellm() -> Any:
+    global _litellm
+    with _import_lock:
+        if _litellm is None:
+            # Use the cost map bundled with litellm instead of downloading one at import.
+            os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+            import litellm
+
+            # litellm prints a "Give Feedback" banner to stdout on every mapped error;
+            # an agent's own stdout is no place for that.
+            litellm.suppress_debug_info = True
+            _litellm = litellm
+    return _litellm
+
+
+async def load_litellm() -> Any:
+    """litellm, imported once in a worker thread so cancellation is never held up."""
+    if _litellm is not None:
+        return _litellm
+    return await anyio.to_thread.run_sync(_import_litellm, abandon_on_cancel=True)
+
+
+def _header(headers: Any, name: str) -> str | None:
+    if headers is None:
+        return None
+    try:
+        value = headers.get(name)
+    except AttributeError:
+        return None
+    return str(value) if value is not None else None
+
+
+def retry_after_seconds(exc: BaseException) -> float | None:
+    """The server's Retry-After (seconds or an HTTP date) from a litellm exception."""
+    response = getattr(exc, "response", None)
+    for headers in (
+        getattr(exc, "litellm_response_headers", None),
+        getattr(response, "headers", None),
+    ):
+        value = _header(headers, "retry-after")
+        if value is None:
+            continue
+        try:
+            return max(0.0, float(value))
+        except ValueError:
+            pass
+        try:
+            when = email.utils.parsedate_to_datetime(value)
+        except (TypeError, ValueError):
+            continue
+        return max(0.0, when.timestamp() - time.time())
+    return None
+
+
+def _status(exc: BaseException) -> int | None:
+    for attr in ("status_code", "code"):
+        value = getattr(exc, attr, None)
+        if isinstance(value, int):
+            return value
+    return None
+
+
+def map_exception(exc: Exception, model: str) -> JudgeError:
+    """Translate a litellm/openai/httpx exception into our family, most specific first."""
+    litellm = _litellm
+    text = f"{type(exc).__name__}: {exc}"[:500]
+    if isinstance(exc, JudgeError):
+        return exc
+    if isinstance(exc, TimeoutError) or (litellm and isinstance(exc, litellm.Timeout)):
+        return JudgeTimeout(f"timed out: {text}", model=model)
+    if litellm and isinstance(exc, litellm.RateLimitError):
+        return JudgeRateLimited(
+            f"rate limited (429): {text}", model=model, retry_after=retry_after_seconds(exc)
+        )
+    if litellm and isinstance(exc, litellm.APIConnectionError):
+        return JudgeConnectionError(f"connection failed: {text}", model=model)
+    status = _status(exc)
+    if any(hint in text.lower() for hint in _CREDENTIAL_HINTS):
+        return JudgeHTTPError(f"no API key for {model}: {text}", model=model, status=401)
+    if status == 429:
+        return JudgeRateLimited(
+            f"rate limited (429): {text}", model=model, retry_after=retry_after_seconds(exc)
+        )
+    if status is not None:
+        return JudgeHTTPError(f"HTTP {status}: {text}", model=model, status=status)
+    name = type(exc).__name__.lower()
+    if "timeout" in name:
+        return JudgeTimeout(f"timed out: {text}", model=model)
+    if "connect" in name:
+        return JudgeConnectionError(f"connection failed: {text}", model=model)
+    # Anything else from inside litellm is a bug or misuse we cannot fix by retrying.
+    return JudgeHTTPError(f"unexpected error: {text}", model=model, status=400)
+
+
+def _response_format(mode: str, schema: dict[str, Any]) -> dict[str, Any] | None:
+    if mode == "json_schema":
+        return {
+            "type": "json_schema",
+            "json_schema": {"name": SCHEMA_NAME, "schema": schema, "strict": True},
+        }
+    if mode == "json_object_schema":
+        return {"type": "json_object", "schema": schema}
+    if mode == "json_object":
+        return {"type": "json_object"}
+    return None
+
+
+def _is_format_rejection(err: JudgeError) -> bool:
+    if not isinstance(err, JudgeHTTPError) or err.status not in (400, 422, 500):
+        return False
+    text = str(err).lower()
+    return any(hint in text for hint in _FORMAT_HINTS)
+
+
+class _WaitStrategy:
+    """Honour Retry-After when the server sent one, else jittered exponential backoff."""
+
+    def __init__(self) -> None:
+        self._backoff = wait_exponential(
+            multiplier=BACKOFF_INITIAL_S, max=BACKOFF_MAX_S
+        ) + wait_random(0, BACKOFF_JITTER_S)
+
+    def __call__(self, state: RetryCallState) -> float:
+        exc = state.outcome.exception() if state.outcome else None
+        if isinstance(exc, JudgeRateLimited) and exc.retry_after is not None:
+            return exc.retry_after
+        return self._backoff(state)
+
+
+class LiteLLMClient:
+    """Sends one judge request through litellm with bounded, logged retries."""
+
+    def __init__(
+        self,
+        *,
+        api_base: str | None = None,
+        api_key: str | None = None,
+        timeout_s: float = 30.0,
+        max_retries: int = 2,
+        max_retry_after_s: float = 60.0,
+        sleep: Sleep | None = None,
+    ) -> None:
+        self.api_base = api_base
+        self._api_key = api_key
+        self.timeout_s = timeout_s
+        self.max_retries = max_retries
+        self.max_retry_after_s = max_retry_after_s
+        self._sleep: Sleep = sleep or anyio.sleep
+        # model -> index into FORMAT_MODES that the endpoint accepted or we fell back to
+        self._format_mode: dict[str, int] = {}
+
+    def _initial_mode(self, litellm: Any, model: str) -> int:
+        if model not in self._format_mode:
+            try:
+                native = bool(litellm.supports_response_schema(model=model))
+            except Exception:  # unknown model strings raise inside litellm's map lookup
+                native = False
+            self._format_mode[model] = 0 if native else 1
+        return self._format_mode[model]
+
+    def _retryable(self, exc: BaseException) -> bool:
+        if not isinstance(exc, JudgeError):
+            return False
+        if isinstance(exc, JudgeRateLimited) and exc.retry_after is not None:
+            # A server that asks for a longer pause than we allow is down for this check.
+            return exc.retry_after <= self.max_retry_after_s
+        return bool(exc.retryable) or getattr(exc, "format_rejected", False)
+
+    async def complete(
+        self, model: str, messages: list[dict[str, str]], *, schema: dict[str, Any]
+    ) -> ModelReply:
+        litellm = await load_litellm()
+        attempts = 0
+        retrying = AsyncRetrying(
+            stop=stop_after_attempt(self.max_retries + 1),
+            wait=_WaitStrategy(),
+            retry=retry_if_exception(self._retryable),
+            sleep=self._sleep,
+            reraise=True,
+            before_sleep=self._log_retry,
+        )
+        try:
+            async for attempt in retrying:
+                with attempt:
+                    attempts += 1
+                    return await self._once(litellm, model, messages, schema, attempts)
+        except JudgeError as exc:
+            exc.attempts = attempts  # type: ignore[attr-defined]
+            raise
+        raise AssertionError("unreachable: tenacity either returns or raises")  # pragma: no cover
+
+    @staticmethod
+    def _log_retry(state: RetryCallState) -> None:
+        exc = state.outcome.exception() if state.outcome else None
+        wait = state.next_action.sleep if state.next_action else 0.0
+        logger.warning(
+            "judge call failed (attempt %d), retrying in %.1f s: %s",
+            state.attempt_number,
+            wait,
+            exc,
+        )
+
+    async def _once(
+        self,
+        litellm: Any,
+        model: str,
+        messages: list[dict[str, str]],
+        schema: dict[str, Any],
+        attempt: int,
+    ) -> ModelReply:
+        mode = self._initial_mode(litellm, model)
+        kwargs: dict[str, Any] = {
+            "model": model,
+            "messages": messages,
+            "timeout": self.timeout_s,
+            "num_retries": 0,  # litellm's own retries
+            "max_retries": 0,  # the provider SDK's retries
+            "temperature": 0,
+            "max_tokens": JUDGE_MAX_TOKENS,
+            "drop_params": True,
+        }
+        response_format = _response_format(FORMAT_MODES[mode], schema)
+        if response_format is not None:
+            kwargs["response_format"] = response_format
+        if self.api_base:
+            kwargs["api_base"] = self.api_base
+        if self._api_key:
+            kwargs["api_key"] = self._api_key
+        elif self.api_base and model.startswith("openai/") and not os.environ.get("OPENAI_API_KEY"):
+            kwargs["api_key"] = PLACEHOLDER_API_KEY
+        try:
+            with anyio.fail_after(self.timeout_s + WATCHDOG_GRACE_S):
+                response = await litellm.acompletion(**kwargs)
+        except Exception as exc:  # the boundary: every foreign error is translated here
+            err = map_exception(exc, model)
+            if _is_format_rejection(err) and mode + 1 < len(FORMAT_MODES):
+                self._format_mode[model] = mode + 1
+                logger.info(
+                    "%s rejected response_format %s; falling back to %s",
+                    model,
+                    FORMAT_MODES[mode],
+                    FORMAT_MODES[mode + 1],
+                )
+                err.format_rejected = True  # type: ignore[attr-defined]
+            raise err from exc
+        return self._reply(litellm, response, model, attempt)
+
+    @staticmethod
+    def _reply(litellm: Any, response: Any, model: str, attempt: int) -> ModelReply:
+        choices = getattr(response, "choices", None) or []
+        if not choices:
+            raise JudgeOutputError("the reply has no choices", model=model)
+        choice = choices[0]
+        message = getattr(choice, "message", None)
+        refusal = getattr(message, "refusal", None)
+        if refusal:
+            raise JudgeOutputError(f"the model refused: {str(refusal)[:200]}", model=model)
+        usage = getattr(response, "usage", None)
+        try:
+            cost: float | None = float(litellm.completion_cost(completion_response=response))
+        except Exception:  # no price known (local models): cost unknown, not a failure
+            cost = None
+        return ModelReply(
+            content=getattr(message, "content", None),
+            finish_reason=getattr(choice, "finish_reason", None),
+            prompt_tokens=getattr(usage, "prompt_tokens", None),
+            completion_tokens=getattr(usage, "completion_tokens", None),
+            cost_usd=cost,
+            attempts=attempt,
+        )

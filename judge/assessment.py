@@ -1,0 +1,123 @@
+"""Read the judge model's reply into a validated `Assessment`, or refuse it.
+
+Models wrap JSON in prose or markdown fences, emit NaN, quote numbers, or stop mid-object.
+Anything that is not exactly the schema is a `JudgeOutputError`: a made-up confidence is
+worse than none, because the tracker would act on it.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from functools import cache
+from typing import Any
+
+from jsonschema import Draft202012Validator
+from pydantic import BaseModel, ConfigDict, Field
+
+from judge._prompts import read_json
+from judge.errors import JudgeOutputError
+
+SCHEMA_FILE = "assessment.schema.json"
+ANALYSIS_KEY = "unproductive_state_analysis"
+CONFIDENCE_KEY = "unproductive_state_confidence"
+
+_FENCE = re.compile(r"```(?:json|JSON)?\s*\n?(.*?)```", re.DOTALL)
+
+
+class Assessment(BaseModel):
+    """A judge's answer: why, and how sure it is that the agent is looping."""
+
+    model_config = ConfigDict(frozen=True)
+
+    analysis: str
+    confidence: float = Field(ge=0.0, le=1.0)
+
+
+@cache
+def assessment_schema() -> dict[str, Any]:
+    return read_json(SCHEMA_FILE)
+
+
+@cache
+def _validator() -> Draft202012Validator:
+    schema = assessment_schema()
+    Draft202012Validator.check_schema(schema)
+    return Draft202012Validator(schema)
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not valid JSON")
+
+
+def _loads(text: str) -> Any:
+    return json.loads(text, parse_constant=_reject_constant)
+
+
+def _candidates(text: str) -> list[str]:
+    """Plausible JSON object texts in a reply, most likely first."""
+    out = [text.strip()]
+    out.extend(m.group(1).strip() for m in _FENCE.finditer(text))
+    start = text.find("{")
+    if start >= 0:
+        end = text.rfind("}")
+        if end > start:
+            out.append(text[start : end + 1])
+        # the first balanced object, for replies with trailing chatter containing braces
+        depth, in_str, esc = 0, False, False
+        for i in range(start, len(text)):
+            ch = text[i]
+            if in_str:
+                if esc:
+                    esc = False
+                elif ch == "\\":
+                    esc = True
+                elif ch == '"':
+                    in_str = False
+            elif ch == '"':
+                in_str = True
+            elif ch == "{":
+                depth += 1
+            elif ch == "}":
+                depth -= 1
+                if depth == 0:
+                    out.append(text[start : i + 1])
+                    break
+    return out
+
+
+def extract_object(text: str) -> dict[str, Any]:
+    """The first JSON object found in ``text`` (bare, fenced, or inside prose)."""
+    problems: list[str] = []
+    for candidate in _candidates(text):
+        try:
+            value = _loads(candidate)
+        except ValueError as exc:
+            problems.append(str(exc))
+            continue
+        if isinstance(value, dict):
+            return value
+        problems.append(f"expected a JSON object, got {type(value).__name__}")
+    detail = problems[0] if problems else "empty reply"
+    raise JudgeOutputError(f"no JSON object in the reply ({detail})")
+
+
+def parse_assessment(text: str | None, *, finish_reason: str | None = None) -> Assessment:
+    """Validate a reply against the schema file and return the `Assessment`."""
+    if text is None or not text.strip():
+        reason = "refused or empty" if finish_reason != "length" else "cut off at max_tokens"
+        raise JudgeOutputError(f"the reply has no content ({reason})")
+    try:
+        data = extract_object(text)
+    except JudgeOutputError as exc:
+        if finish_reason == "length":
+            raise JudgeOutputError(f"the reply was cut off at max_tokens: {exc}") from exc
+        raise
+    errors = sorted(_validator().iter_errors(data), key=lambda e: list(e.path))
+    if errors:
+        first = errors[0]
+        where = "/".join(str(p) for p in first.path) or "reply"
+        raise JudgeOutputError(
+            f"the reply breaks the assessment schema at {where}: {first.message}"
+        )
+    return Assessment(analysis=data[ANALYSIS_KEY], confidence=float(data[CONFIDENCE_KEY]))

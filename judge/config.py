@@ -1,0 +1,123 @@
+"""Tracker configuration, from keyword arguments or ``LOOP_JUDGE_*`` environment variables.
+
+Environment is read when a `TrackerConfig` is built, never at import. Every bound check
+names both the field and its variable, because the person fixing it is usually editing a
+deployment file, not our code.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import Field, SecretStr, ValidationInfo, field_validator, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from judge.escalation import DEFAULT_LADDER, ResponseMode
+from judge.verdict import Action
+
+ENV_PREFIX = "LOOP_JUDGE_"
+
+# Defaults from gemini-cli's loopDetectionService (the design notes we started from):
+# LLM checks start at turn 30, interval 3 until the first answer, then 5..15 turns
+# adapted from the confidence; 0.9 confidence means a loop; the judge sees 20 messages.
+DEFAULT_CHECK_AFTER_TURNS = 30
+DEFAULT_INITIAL_INTERVAL = 3
+DEFAULT_MIN_INTERVAL = 5
+DEFAULT_MAX_INTERVAL = 15
+DEFAULT_CONFIDENCE_THRESHOLD = 0.9
+DEFAULT_HISTORY_MESSAGES = 20
+# A judge answer takes 1-10 s on hosted flash models; 30 s leaves room for a slow one
+# without stalling the agent for minutes.
+DEFAULT_TIMEOUT_S = 30.0
+# Two retries after the first attempt: enough to ride out a 429 or a 503 blip.
+DEFAULT_MAX_RETRIES = 2
+# A server asking us to wait longer than this is treated as down for this check.
+DEFAULT_MAX_RETRY_AFTER_S = 60.0
+# Per-message clip in the judge's transcript: 20 messages x 2,000 chars keeps a check
+# under ~12k tokens, cheap on a flash model.
+DEFAULT_MAX_MESSAGE_CHARS = 2000
+DEFAULT_MAX_TASK_CHARS = 2000
+
+# (lower, upper) inclusive bounds per numeric field; None means unbounded.
+_BOUNDS: dict[str, tuple[float | None, float | None]] = {
+    "check_after_turns": (0, None),
+    "initial_interval": (1, None),
+    "min_interval": (1, None),
+    "max_interval": (1, None),
+    "confidence_threshold": (0.0, 1.0),
+    "history_messages": (1, None),
+    "timeout_s": (0.001, None),
+    "max_retries": (0, None),
+    "max_retry_after_s": (0.0, None),
+    "max_message_chars": (64, None),
+    "max_task_chars": (64, None),
+}
+
+
+def env_name(field: str) -> str:
+    """The environment variable that sets ``field``."""
+    return ENV_PREFIX + field.upper()
+
+
+class TrackerConfig(BaseSettings):
+    """Everything a `LoopTracker` can be told.
+
+    Models default to None so that nothing is ever sent anywhere unless the user chose a
+    model: with no fast model the tracker runs heuristics only.
+    """
+
+    model_config = SettingsConfigDict(
+        env_prefix=ENV_PREFIX, extra="forbid", validate_default=True, frozen=True
+    )
+
+    fast_model: str | None = None
+    confirm_model: str | None = None
+    api_base: str | None = None
+    api_key: SecretStr | None = None
+    check_after_turns: int = DEFAULT_CHECK_AFTER_TURNS
+    initial_interval: int = DEFAULT_INITIAL_INTERVAL
+    min_interval: int = DEFAULT_MIN_INTERVAL
+    max_interval: int = DEFAULT_MAX_INTERVAL
+    confidence_threshold: float = DEFAULT_CONFIDENCE_THRESHOLD
+    history_messages: int = DEFAULT_HISTORY_MESSAGES
+    timeout_s: float = DEFAULT_TIMEOUT_S
+    max_retries: int = DEFAULT_MAX_RETRIES
+    max_retry_after_s: float = DEFAULT_MAX_RETRY_AFTER_S
+    max_message_chars: int = DEFAULT_MAX_MESSAGE_CHARS
+    max_task_chars: int = DEFAULT_MAX_TASK_CHARS
+    count_scope: Literal["prompt", "session"] = "prompt"
+    response_mode: ResponseMode = ResponseMode.GRADUATED
+    ladder: tuple[Action, ...] = Field(default=DEFAULT_LADDER, min_length=1)
+
+    @field_validator("fast_model", "confirm_model", "api_base", mode="before")
+    @classmethod
+    def _blank_is_none(cls, value: Any) -> Any:
+        # An exported-but-empty variable (LOOP_JUDGE_FAST_MODEL=) means "not set".
+        if isinstance(value, str) and not value.strip():
+            return None
+        return value
+
+    @field_validator(*_BOUNDS, mode="after")
+    @classmethod
+    def _in_bounds(cls, value: float, info: ValidationInfo) -> float:
+        field = info.field_name or ""
+        low, high = _BOUNDS[field]
+        if value != value:  # NaN slips through every comparison
+            raise ValueError(f"{field} must be a number, got NaN (set by {env_name(field)})")
+        if (low is not None and value < low) or (high is not None and value > high):
+            rule = f"at least {low}" if high is None else f"between {low} and {high}"
+            raise ValueError(f"{field} must be {rule}, got {value} (set by {env_name(field)})")
+        return value
+
+    @model_validator(mode="after")
+    def _interval_order(self) -> TrackerConfig:
+        if self.min_interval > self.max_interval:
+            raise ValueError(
+                f"min_interval ({env_name('min_interval')}) = {self.min_interval} exceeds "
+                f"max_interval ({env_name('max_interval')}) = {self.max_interval}"
+            )
+        return self
+
+    @property
+    def judge_enabled(self) -> bool:
+        return self.fast_model is not None

@@ -1,0 +1,98 @@
+"""The exception tree of loop-judge.
+
+Usage errors propagate to the caller because they are bugs in the caller's code; judge
+failures are caught by the tracker and reported on the verdict because a flaky model must
+never crash the agent that embeds us::
+
+    LoopJudgeError
+    +-- ConfigError            bad configuration (names the environment variable)
+    +-- HistoryError           malformed conversation (names the message index and field)
+    +-- JudgeError             the judge model failed; caught by the tracker
+        +-- JudgeTimeout           no answer within timeout_s
+        +-- JudgeConnectionError   the endpoint could not be reached
+        +-- JudgeRateLimited       429; carries retry_after when the server said
+        +-- JudgeHTTPError         any other HTTP status (5xx retried, 4xx not)
+        +-- JudgeOutputError       an answer arrived but is not a valid assessment
+"""
+
+from __future__ import annotations
+
+
+class LoopJudgeError(Exception):
+    """Base of every error loop-judge raises on purpose."""
+
+
+class ConfigError(LoopJudgeError, ValueError):
+    """The configuration is unusable; the message names the setting and its env variable."""
+
+
+class HistoryError(LoopJudgeError, ValueError):
+    """The history handed to the tracker is not a valid conversation.
+
+    ``index`` is the position of the offending message (None when the container itself is
+    wrong) and ``field`` the key that is missing or wrong, so the caller can fix its adapter
+    without reading our code.
+    """
+
+    def __init__(self, message: str, *, index: int | None = None, field: str | None = None):
+        where = "history" if index is None else f"message {index}"
+        if field:
+            where += f", field {field!r}"
+        super().__init__(f"{where}: {message}")
+        self.index = index
+        self.field = field
+        self.reason = message
+
+
+class JudgeError(LoopJudgeError):
+    """The judge model did not produce a usable assessment.
+
+    ``retryable`` decides whether tenacity tries again; the tracker never lets these escape.
+    """
+
+    retryable: bool = False
+
+    def __init__(self, message: str, *, model: str | None = None):
+        super().__init__(message)
+        self.model = model
+
+
+class JudgeTimeout(JudgeError):
+    """The model did not answer within ``timeout_s``."""
+
+    retryable = True
+
+
+class JudgeConnectionError(JudgeError):
+    """The endpoint refused or dropped the connection."""
+
+    retryable = True
+
+
+class JudgeRateLimited(JudgeError):
+    """HTTP 429; ``retry_after`` (seconds) is the server's own hint when it sent one."""
+
+    retryable = True
+
+    def __init__(self, message: str, *, model: str | None = None, retry_after: float | None = None):
+        super().__init__(message, model=model)
+        self.retry_after = retry_after
+
+
+class JudgeHTTPError(JudgeError):
+    """Any other HTTP failure; 5xx are transient, 4xx (bad request, auth) are not."""
+
+    def __init__(self, message: str, *, model: str | None = None, status: int | None = None):
+        super().__init__(message, model=model)
+        self.status = status
+
+    @property
+    def retryable(self) -> bool:  # type: ignore[override]
+        return self.status is None or self.status >= 500
+
+
+class JudgeOutputError(JudgeError):
+    """The model answered, but not with JSON matching the assessment schema.
+
+    Never turned into a verdict: a confidence we cannot trust is no confidence at all.
+    """

@@ -1,0 +1,95 @@
+"""Build the judge's prompt from the recent history.
+
+The history is untrusted: a tool result can contain anything, including text that looks
+like our instructions. Each message is rendered as one JSON line with ``<`` and ``>``
+escaped, so nothing inside can close the ``<transcript>`` fence or open a new tag.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+
+from judge._prompts import read_text
+from judge.history import Message
+
+SYSTEM_PROMPT_FILE = "judge_system.md"
+USER_PROMPT_FILE = "judge_user.md"
+CLIP_MARKER = "\n...[{n} chars clipped]...\n"
+
+
+def clip(text: str, limit: int) -> str:
+    """Keep the head and tail of a long text: errors show at the end, context at the start."""
+    if len(text) <= limit:
+        return text
+    marker_room = 40
+    keep = max(limit - marker_room, 2)
+    head = keep * 2 // 3
+    tail = keep - head
+    return text[:head] + CLIP_MARKER.format(n=len(text) - head - tail) + text[len(text) - tail :]
+
+
+def judge_window(messages: Sequence[Message], size: int) -> list[Message]:
+    """The last ``size`` messages the judge should see.
+
+    Dangling tool calls at the end (an assistant call whose results are not all in yet) are
+    dropped first, because the judge would otherwise read an unanswered call as a stall;
+    then tool results whose call fell outside the window, which would read as orphans.
+    """
+    msgs = list(messages)
+    # Drop the trailing assistant turn if any of its calls is unanswered.
+    for pos in range(len(msgs) - 1, -1, -1):
+        msg = msgs[pos]
+        if msg.role == "assistant":
+            if msg.tool_calls:
+                answered = {m.tool_call_id for m in msgs[pos + 1 :] if m.role == "tool"}
+                ids = [c.id for c in msg.tool_calls]
+                dangling = any(i is not None and i not in answered for i in ids)
+                if dangling:
+                    msgs = msgs[:pos]
+            break
+        if msg.role not in ("tool", "function"):
+            break
+    window = msgs[-size:] if size > 0 else []
+    start = 0
+    while start < len(window) and window[start].role in ("tool", "function"):
+        start += 1
+    return window[start:]
+
+
+def _escape(line: str) -> str:
+    # JSON allows \u escapes anywhere in strings; escaping angle brackets means no content
+    # can form "</transcript>" or any tag the prompt relies on.
+    return line.replace("<", "\\u003c").replace(">", "\\u003e")
+
+
+def render_message(msg: Message, limit: int) -> str:
+    record: dict[str, object] = {"n": msg.index, "role": msg.role}
+    if msg.name:
+        record["name"] = msg.name
+    if msg.content:
+        record["content"] = clip(msg.content, limit)
+    if msg.tool_calls:
+        record["calls"] = [
+            {"tool": c.name, "arguments": clip(c.canonical, limit // 2)} for c in msg.tool_calls
+        ]
+    if msg.tool_call_id:
+        record["result_of"] = msg.tool_call_id
+    return _escape(json.dumps(record, ensure_ascii=False))
+
+
+def build_prompt(
+    window: Sequence[Message], task: Message | None, *, message_chars: int, task_chars: int
+) -> list[dict[str, str]]:
+    """The chat messages sent to a judge model."""
+    task_text = clip(task.content, task_chars) if task is not None else "(not available)"
+    transcript = "\n".join(render_message(m, message_chars) for m in window)
+    user = read_text(USER_PROMPT_FILE).format(
+        task=_escape(json.dumps(task_text, ensure_ascii=False)),
+        count=len(window),
+        transcript=transcript,
+    )
+    return [
+        {"role": "system", "content": read_text(SYSTEM_PROMPT_FILE)},
+        {"role": "user", "content": user},
+    ]

@@ -1,0 +1,86 @@
+"""What the tracker tells the agent after each turn.
+
+A `Verdict` is falsy when all is well, so the agent's loop reads ``if verdict: ...``; when
+it is truthy it carries everything needed to explain and escape the loop.
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class Action(str, Enum):
+    """What the agent should do about the verdict, from the escalation ladder."""
+
+    CONTINUE = "continue"
+    WARN = "warn"
+    ASK_USER = "ask_user"
+    STOP = "stop"
+
+
+class LoopKind(str, Enum):
+    """The loop taxonomy shared with the labelled eval data (shared/recorded/LABELING.md)."""
+
+    EXACT_REPEAT = "exact_repeat"
+    ALTERNATION = "alternation"
+    SIMILAR_RETRY = "similar_retry"
+    ERROR_CYCLE = "error_cycle"
+    TEXT_REPETITION = "text_repetition"
+    COGNITIVE = "cognitive"
+
+
+class JudgeStage(str, Enum):
+    FAST = "fast"
+    CONFIRM = "confirm"
+
+
+class JudgeCall(BaseModel):
+    """One model consulted during one check, successful or not.
+
+    The confidence is the model's own number, never a constant: users tune the threshold
+    from these.
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    model: str
+    stage: JudgeStage
+    confidence: float | None = None
+    analysis: str | None = None
+    attempts: int = 0
+    latency_s: float = 0.0
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+    cost_usd: float | None = Field(default=None, description="None when litellm has no price")
+    error: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None and self.confidence is not None
+
+
+class Verdict(BaseModel):
+    """The outcome of one ``turn_started`` (or ``check_call``) call."""
+
+    model_config = ConfigDict(frozen=True)
+
+    looping: bool = False
+    source: str | None = Field(
+        default=None, description='"llm", "heuristic:<detector>", or None when nobody spoke'
+    )
+    kind: LoopKind | None = None
+    confidence: float | None = None
+    analysis: str | None = None
+    evidence: list[int] = Field(default_factory=list, description="indices into the history")
+    action: Action = Action.CONTINUE
+    summary: str | None = None
+    recovery_message: str | None = None
+    judge_calls: list[JudgeCall] = Field(default_factory=list)
+    errors: list[str] = Field(default_factory=list)
+    turn: int = 0
+    suspicion: float = Field(default=0.0, description="highest heuristic score this turn")
+
+    def __bool__(self) -> bool:
+        return self.looping

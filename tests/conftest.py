@@ -1,0 +1,31 @@
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+
+@pytest.fixture
+def no_sleep() -> tuple[list[float], object]:
+    """An injected sleep that records requested delays and returns at once."""
+    delays: list[float] = []
+
+    async def sleep(seconds: float) -> None:
+        delays.append(seconds)
+
+    return delays, sleep
+
+
+@pytest.fixture
+def httpx_litellm(monkeypatch: pytest.MonkeyPatch) -> Iterator[object]:
+    """litellm routed through httpx so respx can intercept it (aiohttp bypasses respx)."""
+    monkeypatch.setenv("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+    from judge._llm import _import_litellm
+
+    litellm = _import_litellm()
+    old = litellm.disable_aiohttp_transport
+    litellm.disable_aiohttp_transport = True
+    try:
+        yield litellm
+    finally:
+        litellm.disable_aiohttp_transport = old
