@@ -86,6 +86,9 @@ class TrackerConfig(BaseSettings):
     max_message_chars: int = DEFAULT_MAX_MESSAGE_CHARS
     max_task_chars: int = DEFAULT_MAX_TASK_CHARS
     count_scope: Literal["prompt", "session"] = "prompt"
+    # Let a heuristic suspicion (score >= 0.5) bring the judge's check forward, even before
+    # check_after_turns: loops in our recorded data start a median of 4 turns in.
+    early_checks: bool = True
     response_mode: ResponseMode = ResponseMode.GRADUATED
     ladder: tuple[Action, ...] = Field(default=DEFAULT_LADDER, min_length=1)
 

@@ -132,7 +132,8 @@ class LoopTracker:
             if finding is not None and finding.score >= LOOP_SCORE:
                 return self._heuristic_verdict(finding)
             suspicion = finding.score if finding is not None else 0.0
-            if self._judge is None or not self._schedule.due(early=suspicion >= SUSPICION_SCORE):
+            early = self.config.early_checks and suspicion >= SUSPICION_SCORE
+            if self._judge is None or not self._schedule.due(early=early):
                 return Verdict(turn=self.turn, suspicion=suspicion)
             outcome = await self._run_check()
             return self._judge_verdict(outcome, suspicion)
