@@ -12,6 +12,7 @@ from typing import Any, Literal
 from pydantic import Field, SecretStr, ValidationInfo, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from judge.detectors.tool_classes import DEFAULT_EXPLORE_PATTERNS, DEFAULT_MODIFY_PATTERNS
 from judge.escalation import DEFAULT_LADDER, ResponseMode
 from judge.verdict import Action
 
@@ -38,6 +39,36 @@ DEFAULT_MAX_RETRY_AFTER_S = 60.0
 DEFAULT_MAX_MESSAGE_CHARS = 2000
 DEFAULT_MAX_TASK_CHARS = 2000
 
+# Detector thresholds per preset. "balanced" is the design notes' default: an exploration
+# tool may repeat 10 times (the 11th identical call is a loop), a modifying tool 2, others
+# 3; three identical failures in a row are a loop whatever the tool.
+PRESETS: dict[str, dict[str, Any]] = {
+    "conservative": {
+        "explore_repeat_limit": 15, "modify_repeat_limit": 3, "other_repeat_limit": 5,
+        "failure_repeat_limit": 3, "recur_min": 5, "cycle_repeats_period2": 4, "cycle_repeats": 3,
+        "retry_min_variants": 5, "retry_similarity": 0.92, "result_cycle_min": 5,
+        "text_similarity": 0.97, "text_min_repeats": 3,
+    },
+    "balanced": {
+        "explore_repeat_limit": 10, "modify_repeat_limit": 2, "other_repeat_limit": 3,
+        "failure_repeat_limit": 2, "cycle_repeats_period2": 3, "cycle_repeats": 2,
+        "retry_min_variants": 4, "retry_similarity": 0.9, "result_cycle_min": 4,
+        "text_similarity": 0.95, "text_min_repeats": 2,
+    },
+    "aggressive": {
+        "explore_repeat_limit": 6, "modify_repeat_limit": 1, "other_repeat_limit": 2,
+        "failure_repeat_limit": 2, "recur_min": 3, "cycle_repeats_period2": 2, "cycle_repeats": 2,
+        "retry_min_variants": 3, "retry_similarity": 0.85, "result_cycle_min": 3,
+        "text_similarity": 0.9, "text_min_repeats": 1,
+    },
+}
+# Default weights of the weighted-sum rule: five detectors at the 0.5 sub-threshold cap
+# sum to 0.5, under the 0.6 bar, so weak signals alone never make a loop.
+DEFAULT_WEIGHTS: dict[str, float] = {
+    "exact_repeat": 0.2, "cycle": 0.2, "similar_retry": 0.2, "result_cycle": 0.2,
+    "text_repetition": 0.2,
+}
+
 # (lower, upper) inclusive bounds per numeric field; None means unbounded.
 _BOUNDS: dict[str, tuple[float | None, float | None]] = {
     "check_after_turns": (0, None),
@@ -51,6 +82,20 @@ _BOUNDS: dict[str, tuple[float | None, float | None]] = {
     "max_retry_after_s": (0.0, None),
     "max_message_chars": (64, None),
     "max_task_chars": (64, None),
+    "explore_repeat_limit": (1, None),
+    "modify_repeat_limit": (1, None),
+    "other_repeat_limit": (1, None),
+    "failure_repeat_limit": (1, None),
+    "recur_min": (2, None),
+    "recur_window": (2, None),
+    "cycle_repeats_period2": (2, None),
+    "cycle_repeats": (2, None),
+    "retry_min_variants": (2, None),
+    "retry_similarity": (0.0, 1.0),
+    "retry_window": (2, None),
+    "result_cycle_min": (2, None),
+    "text_similarity": (0.0, 1.0),
+    "text_min_repeats": (1, None),
 }
 
 
@@ -91,6 +136,44 @@ class TrackerConfig(BaseSettings):
     early_checks: bool = True
     response_mode: ResponseMode = ResponseMode.GRADUATED
     ladder: tuple[Action, ...] = Field(default=DEFAULT_LADDER, min_length=1)
+
+    # -- heuristic detectors (defaults come from the preset unless set explicitly) -----
+    preset: Literal["conservative", "balanced", "aggressive"] = "balanced"
+    explore_repeat_limit: int = 10
+    modify_repeat_limit: int = 2
+    other_repeat_limit: int = 3
+    failure_repeat_limit: int = 2
+    # The same call and result this many times within recur_window calls, other calls in
+    # between, is a loop (hand-made cases: order status re-checked between lookups).
+    recur_min: int = 4
+    recur_window: int = 12
+    cycle_repeats_period2: int = 3
+    cycle_repeats: int = 2
+    retry_min_variants: int = 4
+    retry_similarity: float = 0.9
+    # "within the last 10 calls" (design notes)
+    retry_window: int = 10
+    result_cycle_min: int = 4
+    text_similarity: float = 0.95
+    text_min_repeats: int = 2
+    explore_tools: tuple[str, ...] = DEFAULT_EXPLORE_PATTERNS
+    modify_tools: tuple[str, ...] = DEFAULT_MODIFY_PATTERNS
+    # exact tool name -> identical successful calls allowed in a row
+    tool_limits: dict[str, int] = Field(default_factory=dict)
+    detector_weights: dict[str, float] = Field(default_factory=lambda: dict(DEFAULT_WEIGHTS))
+    # Forget calls older than this many seconds (None: keep the window whatever its age).
+    ttl_seconds: float | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _apply_preset(cls, data: Any) -> Any:
+        if not isinstance(data, dict):
+            return data
+        preset = data.get("preset", "balanced")
+        values = PRESETS.get(str(preset))
+        if values is None:
+            return data  # the Literal check reports the bad name
+        return {**values, **data}
 
     @field_validator("fast_model", "confirm_model", "api_base", mode="before")
     @classmethod

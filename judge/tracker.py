@@ -17,10 +17,14 @@ import anyio
 from judge._llm import LiteLLMClient, LLMClient, Sleep
 from judge.config import TrackerConfig
 from judge.detectors.base import Detector, Finding
+from judge.detectors.exact_repeat import ExactRepeatDetector
+from judge.detectors.stream import StreamMonitor
+from judge.detectors.suite import DetectorSuite
+from judge.errors import HistoryError
 from judge.escalation import action_for
-from judge.history import HistoryCursor, Message
+from judge.history import HistoryCursor, Message, canonical_arguments
 from judge.llm_judge import JudgeOutcome, TwoStageJudge
-from judge.recovery import from_judge
+from judge.recovery import from_finding, from_judge
 from judge.schedule import Schedule
 from judge.transcript import build_prompt, judge_window
 from judge.verdict import Action, Verdict
@@ -30,8 +34,6 @@ logger = logging.getLogger("judge.tracker")
 # Extra normalized messages kept beyond the judge window so that trimming a dangling call
 # at the end still leaves a full window.
 RECENT_SLACK = 32
-# A finding at or above this score is a loop on its own (the detectors' own thresholds).
-LOOP_SCORE = 0.9
 # A suspicion at or above this brings the judge's check forward, even before turn 30.
 SUSPICION_SCORE = 0.5
 
@@ -70,7 +72,8 @@ class LoopTracker:
                 confirm_model=cfg.confirm_model,
                 threshold=cfg.confidence_threshold,
             )
-        self._detectors: list[Detector] = list(detectors or ())
+        self._suite = DetectorSuite(cfg, detectors)
+        self._stream = StreamMonitor()
         self._schedule = Schedule(
             check_after_turns=cfg.check_after_turns,
             initial_interval=cfg.initial_interval,
@@ -81,7 +84,6 @@ class LoopTracker:
         self._recent: deque[Message] = deque(maxlen=cfg.history_messages + RECENT_SLACK)
         self._task: Message | None = None
         self._user_seen: set[int] = set()
-        self._findings: dict[str, Finding] = {}
         self._detections = 0
         self._lock = anyio.Lock()
 
@@ -112,10 +114,9 @@ class LoopTracker:
         self._recent.clear()
         self._task = None
         self._user_seen.clear()
-        self._findings.clear()
         self._detections = 0
-        for detector in self._detectors:
-            detector.reset()
+        self._suite.reset()
+        self._stream.reset()
 
     # -- per turn -----------------------------------------------------------------------
 
@@ -128,10 +129,11 @@ class LoopTracker:
         async with self._lock:
             self._ingest(history)
             self._schedule.tick()
-            finding = self._strongest_finding()
-            if finding is not None and finding.score >= LOOP_SCORE:
-                return self._heuristic_verdict(finding)
-            suspicion = finding.score if finding is not None else 0.0
+            self._stream.reset()
+            found = self._suite.assess()
+            if found.loop is not None:
+                return self._heuristic_verdict(found.loop)
+            suspicion = found.suspicion
             early = self.config.early_checks and suspicion >= SUSPICION_SCORE
             if self._judge is None or not self._schedule.due(early=early):
                 return Verdict(turn=self.turn, suspicion=suspicion)
@@ -143,19 +145,12 @@ class LoopTracker:
         if rewound:
             logger.info("history was rewritten; re-reading it from the start")
             self._recent.clear()
-            self._findings.clear()
-            for detector in self._detectors:
-                detector.reset()
+            self._suite.reset()
         for msg in new:
             if msg.role == "user":
                 self._on_user_message(msg, rewound)
             self._recent.append(msg)
-            for detector in self._detectors:
-                found = detector.observe(msg)
-                if found is None:
-                    self._findings.pop(detector.name, None)
-                else:
-                    self._findings[detector.name] = found
+            self._suite.feed(msg)
 
     def _on_user_message(self, msg: Message, rewound: bool) -> None:
         key = hash(msg.content)
@@ -164,16 +159,10 @@ class LoopTracker:
         if not is_new:
             return
         self._task = msg
+        # Detector windows survive a new prompt on purpose: a user saying "try again" does
+        # not make the agent's next identical failure any less of a loop.
         if self.config.count_scope == "prompt":
             self._schedule.reset()
-            self._findings.clear()
-            for detector in self._detectors:
-                detector.reset()
-
-    def _strongest_finding(self) -> Finding | None:
-        if not self._findings:
-            return None
-        return max(self._findings.values(), key=lambda f: f.score)
 
     async def _run_check(self) -> JudgeOutcome:
         assert self._judge is not None
@@ -202,6 +191,7 @@ class LoopTracker:
         return action_for(self._detections, self.config.response_mode, self.config.ladder)
 
     def _heuristic_verdict(self, finding: Finding) -> Verdict:
+        summary, recovery = from_finding(finding)
         return Verdict(
             looping=True,
             source=f"heuristic:{finding.detector}",
@@ -210,8 +200,8 @@ class LoopTracker:
             analysis=finding.summary,
             evidence=list(finding.evidence),
             action=self._next_action(),
-            summary=finding.summary,
-            recovery_message=finding.details.get("recovery_message"),
+            summary=summary,
+            recovery_message=recovery,
             turn=self.turn,
             suspicion=finding.score,
         )
@@ -237,4 +227,65 @@ class LoopTracker:
             summary=summary,
             recovery_message=recovery,
             **common,
+        )
+
+    # -- before a call, and while streaming -------------------------------------------
+
+    def check_call(self, name: str, arguments: Any = None) -> Verdict:
+        """Would this call, made now, be an exact repeat past its limit?
+
+        Lets an agent refuse a call before running it. Counts no turn and changes no
+        state; the verdict's action is what the next detection would get.
+        """
+        if not isinstance(name, str) or not name:
+            raise HistoryError("tool name must be a non-empty string", field="name")
+        canonical, _ = canonical_arguments("{}" if arguments is None else arguments)
+        detector = self._suite.detector("exact_repeat")
+        if not isinstance(detector, ExactRepeatDetector):
+            return Verdict(turn=self.turn)
+        signature, count, failing = detector.run
+        if signature != f"{name}({canonical})":
+            return Verdict(turn=self.turn)
+        limit = detector.limit(name, failing)
+        if count + 1 <= limit:
+            return Verdict(turn=self.turn, suspicion=0.5 if count + 1 == limit else 0.0)
+        finding = detector.preflight_finding(count + 1)
+        summary, recovery = from_finding(finding)
+        return Verdict(
+            looping=True,
+            source="heuristic:exact_repeat",
+            kind=finding.kind,
+            confidence=finding.score,
+            analysis=finding.summary,
+            evidence=list(finding.evidence),
+            action=action_for(self._detections + 1, self.config.response_mode,
+                              self.config.ladder),
+            summary=summary,
+            recovery_message=recovery,
+            turn=self.turn,
+            suspicion=finding.score,
+        )
+
+    def content_chunk(self, text: str) -> Verdict | None:
+        """Feed streamed assistant text; a verdict when the response repeats itself.
+
+        The monitor restarts at each ``turn_started``. Returns None while all is well so a
+        streaming loop can do ``if (v := tracker.content_chunk(delta)): ...``.
+        """
+        finding = self._stream.feed(text)
+        if finding is None:
+            return None
+        summary, recovery = from_finding(finding)
+        return Verdict(
+            looping=True,
+            source=f"heuristic:{finding.detector}",
+            kind=finding.kind,
+            confidence=finding.score,
+            analysis=finding.summary,
+            action=action_for(self._detections + 1, self.config.response_mode,
+                              self.config.ladder),
+            summary=summary,
+            recovery_message=recovery,
+            turn=self.turn,
+            suspicion=finding.score,
         )

@@ -1,9 +1,9 @@
 """The contract every heuristic detector follows.
 
-A detector is pure and incremental: it sees each new message exactly once, in order, keeps
-bounded state, and after each message says what it currently suspects. It never does I/O
+A detector is pure and incremental: it sees each new event exactly once, in order, keeps
+bounded state, and after each event says what it currently suspects. It never does I/O
 and never looks back at the full history, so a turn costs time proportional to the new
-messages only.
+messages only. Events are normalized messages and completed (call, result) steps.
 """
 
 from __future__ import annotations
@@ -11,8 +11,17 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
+from judge.detectors.steps import Step
 from judge.history import Message
 from judge.verdict import LoopKind
+
+Event = Message | Step
+
+# Below its own threshold a detector reports at most this, so that only the judge (via an
+# early check) and not a combination of weak signals can act on a near-miss.
+SUSPICION_CAP = 0.5
+# The score of a detector whose own threshold is met.
+LOOP_SCORE = 1.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -20,9 +29,8 @@ class Finding:
     """A detector's current suspicion.
 
     ``score`` is 0..1: at or above 0.9 the detector's own threshold is met; below its
-    threshold a detector reports at most 0.5, so combinations cannot fire early.
-    ``pattern`` identifies the loop (e.g. the canonical call) so escalation can count
-    repeats of the same loop separately from new ones.
+    threshold a detector reports at most 0.5. ``pattern`` identifies the loop (e.g. the
+    canonical call) so escalation can tell a relapse from a new loop.
     """
 
     detector: str
@@ -38,10 +46,26 @@ class Finding:
 class Detector(Protocol):
     name: str
 
-    def observe(self, message: Message) -> Finding | None:
-        """Take in one new message; return the current suspicion, if any."""
+    def observe(self, event: Event) -> Finding | None:
+        """Take in one new event; return the current suspicion, if any."""
         ...
 
     def reset(self) -> None:
-        """Forget everything (new prompt, rewritten history)."""
+        """Forget everything (rewritten history, explicit reset)."""
         ...
+
+
+def near_miss(count: int, limit: int) -> float:
+    """Sub-threshold score growing towards SUSPICION_CAP as ``count`` nears ``limit``."""
+    if limit <= 0:
+        return SUSPICION_CAP
+    return round(SUSPICION_CAP * min(count, limit) / limit, 3)
+
+
+def short(text: str, limit: int = 60) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def describe_call(step: Step, limit: int = 60) -> str:
+    return f"{step.call.name}({short(step.call.canonical, limit)})"

@@ -1,0 +1,129 @@
+"""The same call, with the same outcome, again and again in a row."""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable
+
+from judge.detectors.base import LOOP_SCORE, Event, Finding, describe_call, near_miss, short
+from judge.detectors.steps import Step
+from judge.verdict import LoopKind
+
+# Evidence kept per run: enough to cite the loop, bounded whatever its length.
+MAX_EVIDENCE = 12
+
+
+class ExactRepeatDetector:
+    """Counts identical calls in a row whose results do not change.
+
+    A changed result resets the run: polling a build or re-running tests after a fix is
+    progress. Runs of failures use the (lower) failure limit whatever the tool's class.
+    """
+
+    name = "exact_repeat"
+
+    def __init__(
+        self,
+        limit_for: Callable[[str], int],
+        failure_limit: int,
+        recur_min: int,
+        recur_window: int,
+    ) -> None:
+        self._limit_for = limit_for
+        self._failure_limit = failure_limit
+        self._recur_min = recur_min
+        self._recent: deque[Step] = deque(maxlen=recur_window)
+        self.reset()
+
+    def reset(self) -> None:
+        self._signature: str | None = None
+        self._key: str | None = None
+        self._count = 0
+        self._all_failed = True
+        self._evidence: deque[int] = deque(maxlen=MAX_EVIDENCE)
+        self._last: Step | None = None
+        self._current: Finding | None = None
+        self._recent.clear()
+
+    @property
+    def run(self) -> tuple[str | None, int, bool]:
+        """(signature, length, all failed) of the current run, for preflight checks."""
+        return self._signature, self._count, self._all_failed
+
+    def limit(self, name: str, failing: bool) -> int:
+        limit = self._limit_for(name)
+        return min(limit, self._failure_limit) if failing else limit
+
+    def observe(self, event: Event) -> Finding | None:
+        if not isinstance(event, Step):
+            return self._current
+        if event.signature == self._signature and event.key == self._key:
+            self._count += 1
+            self._all_failed = self._all_failed and event.outcome.failed
+        else:
+            self._signature, self._key, self._count = event.signature, event.key, 1
+            self._all_failed = event.outcome.failed
+            self._evidence.clear()
+        self._evidence.append(event.call_index)
+        self._last = event
+        self._recent.append(event)
+        self._current = self._assess() or self._recurring(event)
+        return self._current
+
+    def _recurring(self, step: Step) -> Finding | None:
+        """The same call and result coming back with other calls in between: asking again
+        for what the agent was already told, e.g. order status re-checked between lookups.
+        """
+        same = [s for s in self._recent if s.signature == step.signature and s.key == step.key]
+        count = len(same)
+        if count < 2 or step.outcome.name == "MISSING":
+            return None
+        looping = count >= self._recur_min
+        return Finding(
+            detector=self.name,
+            kind=LoopKind.EXACT_REPEAT,
+            score=LOOP_SCORE if looping else near_miss(count - 1, self._recur_min),
+            evidence=tuple(s.call_index for s in same),
+            summary=f"{describe_call(step)} called {count}x in the last {len(self._recent)} "
+                    "calls with other calls in between, same result each time",
+            pattern=f"exact:{step.signature}",
+            details={"tool": step.call.name, "arguments": step.call.canonical, "count": count,
+                     "limit": self._recur_min - 1, "failing": step.outcome.failed,
+                     "result": short(step.result or "", 200)},
+        )
+
+    def preflight_finding(self, count: int) -> Finding:
+        """The finding the run would produce with ``count`` calls (for check_call)."""
+        saved = self._count
+        self._count = count
+        try:
+            finding = self._assess()
+        finally:
+            self._count = saved
+        assert finding is not None
+        return finding
+
+    def _assess(self) -> Finding | None:
+        step = self._last
+        if step is None or self._count < 2:
+            return None
+        limit = self.limit(step.call.name, self._all_failed)
+        looping = self._count > limit
+        outcome = "the same error" if self._all_failed else "the same result"
+        summary = f"{describe_call(step)} called {self._count}x in a row, {outcome}"
+        return Finding(
+            detector=self.name,
+            kind=LoopKind.EXACT_REPEAT,
+            score=LOOP_SCORE if looping else near_miss(self._count, limit),
+            evidence=tuple(self._evidence),
+            summary=summary,
+            pattern=f"exact:{step.signature}",
+            details={
+                "tool": step.call.name,
+                "arguments": step.call.canonical,
+                "count": self._count,
+                "limit": limit,
+                "failing": self._all_failed,
+                "result": short(step.result or "", 200),
+            },
+        )

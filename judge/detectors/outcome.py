@@ -1,0 +1,150 @@
+"""Classify a tool result and reduce it to a key for "same result again" comparisons.
+
+Errors are compared after masking what changes between otherwise identical failures
+(numbers, hex ids, timestamps, durations, temp paths); data results are compared as they
+are, because two listings that differ by one number are different data.
+"""
+
+from __future__ import annotations
+
+import re
+from enum import Enum
+from hashlib import blake2b
+
+
+class Outcome(str, Enum):
+    OK = "ok"  # a data result
+    ACK = "ack"  # "ok", "File written", or no output at all: says nothing about progress
+    NUMBER = "number"  # a bare number: no evidence either way
+    EMPTY = "empty"  # nothing, or "no results"
+    ERROR = "error"
+    MISSING = "missing"  # the call never got a result
+
+    @property
+    def failed(self) -> bool:
+        return self in (Outcome.ERROR, Outcome.EMPTY)
+
+
+# Only the start of a result decides whether it is an error: tool wrappers put the verdict
+# first, and scanning 10 MB outputs for "error" would flag every log dump.
+_HEAD_CHARS = 400
+# Acknowledgements are short; anything longer carries data.
+_ACK_MAX_CHARS = 80
+
+_ERROR_START = re.compile(
+    r"^\s*(?:\[?error\]?|err\b|exception|traceback|fatal|failed|failure|invalid|"
+    r"cannot|can't|could not|couldn't|unable to|not found|no such|permission denied|"
+    r"access denied|forbidden|unauthorized|denied|unknown (?:command|tool|action)|"
+    r"command not found|timed? ?out|observation: error|"
+    r"\w*(?:error|exception)\b[:!]?|\d{3} (?:client|server) error|http (?:error|4\d\d|5\d\d))",
+    re.IGNORECASE,
+)
+_ERROR_ANYWHERE = re.compile(  # strong markers, searched in the head of the result
+    r"Traceback \(most recent call last\)|No such file or directory|command not found|"
+    r"Permission denied|is not recognized as|exit code:? [1-9]|returned non-zero exit status|"
+    r"Invalid action|SyntaxError:|TypeError:|NameError:|ModuleNotFoundError:|"
+    r"does not exist|syntax error|No exact match found|^\W{0,3}error\b|"
+    r"\"error\"\s*:\s*\"|\"status(?:_code)?\"\s*:\s*[45]\d\d\b",
+)
+_EMPTY = re.compile(
+    r"^\s*(?:\[\]|\{\}|null|none|nil|n/a|no (?:more )?(?:results?|matches|items|data|"
+    r"output|files?|entries)(?: found)?|0 results?|nothing found|not found)\s*[.!]?\s*$",
+    re.IGNORECASE,
+)
+_ACK = re.compile(
+    r"^\s*(?:(?:ok(?:ay)?|done|success(?:ful(?:ly)?)?)\b(?:[\s:,.!-].*)?|"
+    r"true|yes|saved|written|updated|"
+    r"created|deleted|applied|accepted|completed?|the file .{0,60} has been (?:edited|"
+    r"updated|created|written)|(?:file|changes?|edit|update|transfer|operation|command|"
+    r"message|email|task)s? (?:\w+ )?(?:written|saved|applied|successful(?:ly)?|"
+    r"completed?|created|updated|sent|executed|ran)(?: successfully)?(?: to .{0,60})?)"
+    r"\s*[.!]?\s*$",
+    re.IGNORECASE,
+)
+_NUMBER = re.compile(r"^\s*[-+]?\d[\d,_]*(?:\.\d+)?(?:e[-+]?\d+)?\s*%?\s*$", re.IGNORECASE)
+
+# Masks for error texts, most specific first.
+_MASKS: tuple[tuple[re.Pattern[str], str], ...] = (
+    (re.compile(r"\b[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\b", re.I),
+     "<uuid>"),
+    (re.compile(r"\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}(?::\d{2}(?:\.\d+)?)?(?:Z|[+-]\d{2}:?\d{2})?"),
+     "<time>"),
+    (re.compile(r"\b\d{1,2}:\d{2}:\d{2}(?:\.\d+)?\b"), "<time>"),
+    (re.compile(r"(?:/tmp|/var/folders|/private/var|C:\\Users\\[^\\]+\\AppData\\Local\\Temp)"
+                r"[^\s'\":]*"), "<tmp>"),
+    (re.compile(r"\b0x[0-9a-f]+\b|\b[0-9a-f]{7,}\b", re.I), "<hex>"),
+    (re.compile(r"\b\d+(?:\.\d+)?\s?(?:ms|s|sec|secs|seconds|m|min|minutes|h|µs|us|ns)\b"),
+     "<dur>"),
+    (re.compile(r"\d+(?:\.\d+)?"), "<n>"),
+)
+
+
+# Error families whose wording varies by tool ("sed: couldn't open ...: Permission
+# denied", "PermissionError: [Errno 13] Permission denied") but mean the same obstacle.
+_FAMILIES: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
+    (name, re.compile(pattern, re.IGNORECASE))
+    for name, pattern in (
+        ("permission", r"permission denied|access denied|forbidden|\b403\b|EACCES|EPERM"),
+        ("auth", r"unauthori[sz]ed|\b401\b|invalid api key|expired token|not authenticated"),
+        ("missing-file", r"no such file or directory|ENOENT|FileNotFoundError"),
+        ("command-not-found", r"command not found|is not recognized as an internal"),
+        ("rate-limit", r"rate limit|too many requests|\b429\b"),
+        ("timeout", r"timed out|timeout"),
+    )
+)
+
+
+def error_family(text: str) -> str | None:
+    head = text[:_HEAD_CHARS]
+    for name, pattern in _FAMILIES:
+        if pattern.search(head):
+            return name
+    return None
+
+
+def classify(text: str | None) -> Outcome:
+    if text is None:
+        return Outcome.MISSING
+    if not text.strip():
+        return Outcome.ACK  # a tool with nothing to say (think, sleep) did its job
+    head = text[:_HEAD_CHARS]
+    if _EMPTY.match(head) and len(text) < _ACK_MAX_CHARS:
+        return Outcome.EMPTY
+    if _ERROR_START.match(head) or _ERROR_ANYWHERE.search(head):
+        return Outcome.ERROR
+    if len(text) <= _ACK_MAX_CHARS:
+        if _NUMBER.match(text):
+            return Outcome.NUMBER
+        if _ACK.match(text):
+            return Outcome.ACK
+    return Outcome.OK
+
+
+def mask(text: str) -> str:
+    """The error text with run-to-run noise replaced by placeholders."""
+    out = " ".join(text[:_HEAD_CHARS * 4].split())
+    for pattern, placeholder in _MASKS:
+        out = pattern.sub(placeholder, out)
+    return out.lower()
+
+
+def _digest(text: str) -> str:
+    return blake2b(text.encode("utf-8", "replace"), digest_size=8).hexdigest()
+
+
+def result_key(text: str | None, outcome: Outcome) -> str:
+    """A short key equal for results that count as "the same".
+
+    Errors and empties are masked; data is compared whitespace-normalized but unmasked.
+    """
+    if text is None:
+        return "missing"
+    if outcome.failed:
+        # First and last lines: the kind of error and its final message. The middle of a
+        # long error (a traceback, the rejected edit echoed back) varies with each attempt.
+        family = error_family(text) if outcome is Outcome.ERROR else None
+        if family is not None:
+            return "E:" + family
+        lines = [ln for ln in text.strip().splitlines() if ln.strip()] or [""]
+        return "E:" + _digest(mask(lines[0][:200]) + "|" + mask(lines[-1][-200:]))
+    return "D:" + _digest(" ".join(text.split()))

@@ -1,0 +1,114 @@
+"""Different calls, same result; and errors that come back after being "fixed"."""
+
+from __future__ import annotations
+
+from collections import deque
+
+from judge.detectors.base import LOOP_SCORE, Event, Finding, near_miss, short
+from judge.detectors.outcome import Outcome
+from judge.detectors.steps import Step
+from judge.verdict import LoopKind
+
+# How many recent errors whack-a-mole remembers: A, B, A, B, A needs five; a little more
+# lets a third error in, without linking errors from unrelated phases of a long run.
+WHACK_WINDOW = 7
+# Returns of an error after others before it is a loop. On the dev split a single return
+# (A, B, A) is ordinary debugging as often as not (a traceback, a fix that breaks
+# something else, the first traceback again), so one return is only a suspicion for the
+# judge and the second return is the loop.
+WHACK_RETURNS = 2
+# Outcomes that say nothing about progress and never form "the same result".
+_NO_RESULT = (Outcome.ACK, Outcome.NUMBER, Outcome.MISSING)
+
+
+class ResultCycleDetector:
+    """Flags ``min_calls`` distinct calls in a row returning the same result or error,
+    and whack-a-mole: error A, a fix, error B, a fix, error A again (same tool)."""
+
+    name = "result_cycle"
+
+    def __init__(self, min_calls: int) -> None:
+        self._min_calls = min_calls
+        self.reset()
+
+    def reset(self) -> None:
+        self._key: str | None = None
+        self._signatures: dict[str, Step] = {}
+        self._evidence: list[int] = []
+        self._errors: deque[tuple[str, str, Step]] = deque(maxlen=WHACK_WINDOW)
+        self._whack: Finding | None = None
+        self._current: Finding | None = None
+
+    def observe(self, event: Event) -> Finding | None:
+        if not isinstance(event, Step):
+            return self._current
+        self._whack = None  # whack-a-mole speaks once, on the step that closes the circle
+        self._track_streak(event)
+        self._track_errors(event)
+        streak = self._streak_finding(event)
+        candidates = [f for f in (streak, self._whack) if f is not None]
+        self._current = max(candidates, key=lambda f: f.score) if candidates else None
+        return self._current
+
+    def _track_streak(self, step: Step) -> None:
+        if step.outcome in _NO_RESULT:
+            self._key, self._signatures, self._evidence = None, {}, []
+            return
+        if step.key != self._key:
+            self._key, self._signatures, self._evidence = step.key, {}, []
+        self._signatures.setdefault(step.signature, step)
+        if len(self._evidence) < 2 * self._min_calls:
+            self._evidence.append(step.call_index)
+
+    def _streak_finding(self, step: Step) -> Finding | None:
+        count = len(self._signatures)
+        if self._key is None or count < 2:
+            return None
+        looping = count >= self._min_calls
+        what = "failed with the same error" if step.outcome.failed else "returned the same result"
+        calls = [f"{s.call.name}({short(s.call.canonical, 30)})"
+                 for s in list(self._signatures.values())[-4:]]
+        return Finding(
+            detector=self.name,
+            kind=LoopKind.ERROR_CYCLE,
+            score=LOOP_SCORE if looping else near_miss(count, self._min_calls),
+            evidence=tuple(self._evidence),
+            summary=f"{count} different calls in a row {what}: {short(step.result or '', 80)}",
+            pattern=f"result:{self._key}",
+            details={"calls": calls, "count": count, "result": short(step.result or "", 200),
+                     "failing": step.outcome.failed},
+        )
+
+    def _track_errors(self, step: Step) -> None:
+        # Only real errors: "no results" from searches with new arguments is exploring.
+        if step.outcome is not Outcome.ERROR:
+            return
+        recent = list(self._errors)
+        self._errors.append((step.key, step.call.name, step))
+        if not recent or recent[-1][0] == step.key:
+            return
+        # Count returns: occurrences of this error (same tool) each preceded by another error.
+        history = [*recent, (step.key, step.call.name, step)]
+        returns, seen_other, evidence = 0, False, []
+        for key, tool, earlier in history:
+            if key == step.key and tool == step.call.name:
+                if evidence and seen_other:
+                    returns += 1
+                evidence.append(earlier.call_index)
+                seen_other = False
+            elif evidence:
+                seen_other = True
+        if returns == 0:
+            return
+        looping = returns >= WHACK_RETURNS
+        self._whack = Finding(
+            detector=self.name,
+            kind=LoopKind.ERROR_CYCLE,
+            score=LOOP_SCORE if looping else near_miss(returns, WHACK_RETURNS),
+            evidence=tuple(evidence),
+            summary=f"whack-a-mole: the same {step.call.name} error came back {returns}x "
+                    f"after other errors: {short(step.result or '', 80)}",
+            pattern=f"whack:{step.key}",
+            details={"tool": step.call.name, "result": short(step.result or "", 200),
+                     "failing": True},
+        )

@@ -1,0 +1,88 @@
+"""Pair each tool call with its result, so detectors reason about (call, outcome) steps.
+
+Parallel calls in one assistant message become steps one by one, in call order. A call
+whose result never arrives becomes a step with outcome MISSING when the next assistant
+message shows the agent moved on.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from judge.detectors.outcome import Outcome, classify, result_key
+from judge.history import Message, ToolCall
+
+
+@dataclass(frozen=True, slots=True)
+class Step:
+    call: ToolCall
+    call_index: int  # the assistant message that made the call
+    result_index: int | None  # the tool message that answered it
+    result: str | None
+    outcome: Outcome
+    key: str  # result key: equal for "the same result"
+
+    @property
+    def signature(self) -> str:
+        return self.call.signature
+
+    @property
+    def indices(self) -> tuple[int, ...]:
+        if self.result_index is None:
+            return (self.call_index,)
+        return (self.call_index, self.result_index)
+
+
+class StepBuilder:
+    """Incremental: feed messages in order, get completed steps back."""
+
+    __slots__ = ("_pending", "_pending_index", "_results")
+
+    def __init__(self) -> None:
+        self._pending: list[ToolCall] = []
+        self._pending_index = -1
+        self._results: dict[int, tuple[int, str]] = {}
+
+    def reset(self) -> None:
+        self._pending = []
+        self._pending_index = -1
+        self._results = {}
+
+    def _flush(self) -> list[Step]:
+        steps = []
+        for pos, call in enumerate(self._pending):
+            index, text = self._results.get(pos, (None, None))
+            outcome = classify(text)
+            steps.append(Step(call, self._pending_index, index, text, outcome,
+                              result_key(text, outcome)))
+        self._pending = []
+        self._results = {}
+        return steps
+
+    def _match(self, msg: Message) -> int | None:
+        for pos, call in enumerate(self._pending):
+            if pos in self._results:
+                continue
+            if msg.tool_call_id is not None and call.id == msg.tool_call_id:
+                return pos
+        # No id match (legacy function role, ids rewritten): the first unanswered call of
+        # that name, else the first unanswered call.
+        for pos, call in enumerate(self._pending):
+            if pos not in self._results and (msg.name is None or msg.name == call.name):
+                return pos
+        return None
+
+    def feed(self, msg: Message) -> list[Step]:
+        if msg.role == "assistant":
+            done = self._flush() if self._pending else []
+            if msg.tool_calls:
+                self._pending = list(msg.tool_calls)
+                self._pending_index = msg.index
+            return done
+        if msg.role in ("tool", "function") and self._pending:
+            pos = self._match(msg)
+            if pos is not None:
+                self._results[pos] = (msg.index, msg.content)
+            if len(self._results) == len(self._pending):
+                return self._flush()
+        return []

@@ -1,0 +1,123 @@
+"""Build the detector set from a config, feed it events, and combine what it finds."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from judge.config import TrackerConfig
+from judge.detectors.base import Detector, Finding
+from judge.detectors.cycle import CycleDetector
+from judge.detectors.exact_repeat import ExactRepeatDetector
+from judge.detectors.result_cycle import ResultCycleDetector
+from judge.detectors.similar_retry import SimilarRetryDetector
+from judge.detectors.steps import StepBuilder
+from judge.detectors.text_repetition import TextRepetitionDetector
+from judge.detectors.tool_classes import ToolClass, repeat_limit
+from judge.history import Message
+
+# Combination rules (design notes): one detector at its threshold, two strong signals, or
+# enough weighted evidence.
+SINGLE_SCORE = 0.9
+PAIR_SCORE = 0.7
+WEIGHTED_SUM = 0.6
+
+
+@dataclass(frozen=True, slots=True)
+class Assessment:
+    """The detectors' combined view after the latest message."""
+
+    loop: Finding | None  # the finding that makes this a loop, if any
+    suspicion: float  # the highest score, loop or not
+    findings: tuple[Finding, ...]
+
+
+def combine(findings: Sequence[Finding], weights: dict[str, float]) -> Assessment:
+    if not findings:
+        return Assessment(None, 0.0, ())
+    ranked = tuple(sorted(findings, key=lambda f: f.score, reverse=True))
+    top = ranked[0]
+    strong = [f for f in ranked if f.score >= PAIR_SCORE]
+    weighted = sum(weights.get(f.detector, 0.0) * f.score for f in ranked)
+    looping = top.score >= SINGLE_SCORE or len(strong) >= 2 or weighted >= WEIGHTED_SUM
+    return Assessment(top if looping else None, top.score, ranked)
+
+
+def default_detectors(config: TrackerConfig) -> list[Detector]:
+    limits = {
+        ToolClass.EXPLORE: config.explore_repeat_limit,
+        ToolClass.MODIFY: config.modify_repeat_limit,
+        ToolClass.OTHER: config.other_repeat_limit,
+    }
+
+    def limit_for(name: str) -> int:
+        return repeat_limit(name, limits=limits, overrides=config.tool_limits,
+                            explore=config.explore_tools, modify=config.modify_tools)
+
+    return [
+        ExactRepeatDetector(limit_for, config.failure_repeat_limit, config.recur_min,
+                            config.recur_window),
+        CycleDetector(config.cycle_repeats_period2, config.cycle_repeats),
+        SimilarRetryDetector(config.retry_min_variants, config.retry_similarity,
+                             config.retry_window),
+        ResultCycleDetector(config.result_cycle_min),
+        TextRepetitionDetector(config.text_similarity, config.text_min_repeats),
+    ]
+
+
+class DetectorSuite:
+    """Runs every detector on each new message and on each completed call step."""
+
+    def __init__(
+        self,
+        config: TrackerConfig,
+        detectors: Sequence[Detector] | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.config = config
+        self.detectors: list[Detector] = (
+            list(detectors) if detectors is not None else default_detectors(config)
+        )
+        self._clock = clock
+        self._steps = StepBuilder()
+        self._findings: dict[str, Finding] = {}
+        self._last_step_at: float | None = None
+
+    def reset(self) -> None:
+        self._steps.reset()
+        self._findings.clear()
+        self._last_step_at = None
+        for detector in self.detectors:
+            detector.reset()
+
+    def _expire(self) -> None:
+        """With ttl_seconds, calls older than the window are forgotten: a pause that long
+        means the earlier calls are not part of a loop still running."""
+        ttl = self.config.ttl_seconds
+        now = self._clock()
+        if ttl is not None and self._last_step_at is not None and now - self._last_step_at > ttl:
+            for detector in self.detectors:
+                detector.reset()
+            self._findings.clear()
+        self._last_step_at = now
+
+    def _observe(self, event: Message | object) -> None:
+        for detector in self.detectors:
+            found = detector.observe(event)  # type: ignore[arg-type]
+            if found is None:
+                self._findings.pop(detector.name, None)
+            else:
+                self._findings[detector.name] = found
+
+    def feed(self, msg: Message) -> None:
+        self._observe(msg)
+        for step in self._steps.feed(msg):
+            self._expire()
+            self._observe(step)
+
+    def assess(self) -> Assessment:
+        return combine(list(self._findings.values()), self.config.detector_weights)
+
+    def detector(self, name: str) -> Detector | None:
+        return next((d for d in self.detectors if d.name == name), None)

@@ -1,0 +1,169 @@
+"""Assistant text that repeats: whole messages again, or one message stuck on a phrase."""
+
+from __future__ import annotations
+
+import re
+from collections import deque
+
+from rapidfuzz import fuzz
+
+from judge.detectors.base import LOOP_SCORE, SUSPICION_CAP, Event, Finding, short
+from judge.detectors.outcome import Outcome
+from judge.detectors.steps import Step
+from judge.history import Message
+from judge.verdict import LoopKind
+
+# Messages shorter than this are routine ("Next speaker WebSurfer", "Let me check.") and
+# repeat legitimately.
+MIN_CHARS = 40
+# Compare the head of long messages only: enough to tell two plans apart, and it bounds
+# the cost of a turn whatever the agent writes.
+COMPARE_CHARS = 1500
+# How many earlier assistant messages each new one is compared with.
+WINDOW = 6
+# One message repeating a sentence this many times is degenerate.
+SENTENCE_REPEATS = 3
+# Sentences shorter than this ("Done.", "Yes.") repeat legitimately inside lists.
+MIN_SENTENCE_CHARS = 20
+
+# Questions re-asked: the same request for information, at least this alike (0..100).
+# Lower than whole-message similarity because agents rephrase the preamble ("Sure!",
+# "Thanks!") and keep the question.
+QUESTION_SIMILARITY = 85
+MIN_QUESTION_CHARS = 20
+# A question asked a fourth time with no new information in between is a loop; asking
+# three times is how tau-bench agents politely insist (one dev-split false positive).
+QUESTION_EARLIER = 3
+# Result keys remembered to tell new information from old.
+SEEN_RESULTS = 64
+
+_QUESTION = re.compile(r"[^.!?\n]*\?")
+_FENCE = re.compile(r"```.*?(?:```|$)", re.DOTALL)
+_SENTENCE_SPLIT = re.compile(r"(?<=[.!?])\s+|\n+")
+_WORD_STUTTER = re.compile(r"\b(\w{2,})(?:\s+\1\b){2,}", re.IGNORECASE)
+_STRUCTURED_LINE = re.compile(r"^\s*(?:\||[-*+]\s|\d+[.)]\s|#)")
+
+
+def prose(text: str) -> str:
+    """Text with code blocks, tables, list items and headings removed: these repeat by
+    design and must not trip degenerate-text checks."""
+    text = _FENCE.sub(" ", text)
+    return "\n".join(ln for ln in text.splitlines() if not _STRUCTURED_LINE.match(ln))
+
+
+def degenerate(text: str) -> tuple[str, int] | None:
+    """(the repeated unit, count) if one message repeats itself, else None."""
+    body = prose(text)
+    stutter = _WORD_STUTTER.search(body)
+    if stutter:
+        return stutter.group(0), len(stutter.group(0).split())
+    counts: dict[str, int] = {}
+    for sentence in _SENTENCE_SPLIT.split(body):
+        norm = " ".join(sentence.lower().split())
+        if len(norm) < MIN_SENTENCE_CHARS:
+            continue
+        counts[norm] = counts.get(norm, 0) + 1
+        if counts[norm] >= SENTENCE_REPEATS:
+            return norm, counts[norm]
+    return None
+
+
+def questions(text: str) -> list[str]:
+    found = (" ".join(q.lower().split()) for q in _QUESTION.findall(prose(text)))
+    return [q for q in found if len(q) >= MIN_QUESTION_CHARS]
+
+
+class TextRepetitionDetector:
+    """Near-identical assistant messages, re-asked questions, and degenerate text.
+
+    Repetition only counts while nothing new arrives: a tool result with new data starts
+    a new epoch, so "still scrolling, not found yet" after each new page is progress.
+    """
+
+    name = "text_repetition"
+
+    def __init__(self, similarity: float, min_repeats: int) -> None:
+        self._similarity = similarity * 100
+        self._min_repeats = min_repeats
+        self.reset()
+
+    def reset(self) -> None:
+        self._recent: deque[tuple[int, str, int]] = deque(maxlen=WINDOW)
+        self._asked: deque[tuple[int, list[str], int]] = deque(maxlen=WINDOW)
+        self._seen: deque[str] = deque(maxlen=SEEN_RESULTS)
+        self._epoch = 0
+        self._current: Finding | None = None
+
+    def observe(self, event: Event) -> Finding | None:
+        if isinstance(event, Step):
+            if event.outcome is Outcome.OK and event.key not in self._seen:
+                self._epoch += 1
+                self._seen.append(event.key)
+            return self._current
+        if event.role != "assistant":
+            return self._current
+        self._current = None
+        text = " ".join(event.content.split())
+        if len(text) < MIN_CHARS:
+            return None
+        # Every check runs (each keeps its own memory); the strongest one speaks.
+        found = [f for f in (self._degenerate(event), self._repeated(event, text),
+                             self._reasked(event)) if f is not None]
+        self._current = max(found, key=lambda f: f.score) if found else None
+        return self._current
+
+    def _reasked(self, msg: Message) -> Finding | None:
+        asked = questions(msg.content)
+        earlier = [index for index, qs, epoch in self._asked if epoch == self._epoch and any(
+            fuzz.ratio(q, p, score_cutoff=QUESTION_SIMILARITY) for q in asked for p in qs)]
+        if asked:
+            self._asked.append((msg.index, asked, self._epoch))
+        if not earlier:
+            return None
+        needed = max(QUESTION_EARLIER, self._min_repeats)
+        looping = len(earlier) >= needed
+        score = LOOP_SCORE if looping else SUSPICION_CAP * len(earlier) / needed
+        return Finding(
+            detector=self.name,
+            kind=LoopKind.TEXT_REPETITION,
+            score=round(score, 3),
+            evidence=(*earlier, msg.index),
+            summary=f"the same question asked {len(earlier) + 1}x: {short(asked[0], 60)!r}",
+            pattern=f"question:{short(asked[0], 60)}",
+            details={"text": short(asked[0], 200), "count": len(earlier) + 1},
+        )
+
+    def _degenerate(self, msg: Message) -> Finding | None:
+        found = degenerate(msg.content)
+        if found is None:
+            return None
+        unit, count = found
+        return Finding(
+            detector=self.name,
+            kind=LoopKind.TEXT_REPETITION,
+            score=LOOP_SCORE,
+            evidence=(msg.index,),
+            summary=f"message {msg.index} repeats itself: {short(unit, 60)!r} x{count}",
+            pattern=f"degenerate:{short(unit, 60)}",
+            details={"text": short(unit, 200), "count": count},
+        )
+
+    def _repeated(self, msg: Message, text: str) -> Finding | None:
+        head = text[:COMPARE_CHARS].lower()
+        similar = [index for index, other, epoch in self._recent if epoch == self._epoch
+                   and fuzz.ratio(head, other, score_cutoff=self._similarity)]
+        self._recent.append((msg.index, head, self._epoch))
+        if not similar:
+            return None
+        looping = len(similar) >= self._min_repeats
+        score = LOOP_SCORE if looping else SUSPICION_CAP * len(similar) / self._min_repeats
+        return Finding(
+            detector=self.name,
+            kind=LoopKind.TEXT_REPETITION,
+            score=round(score, 3),
+            evidence=(*similar, msg.index),
+            summary=f"assistant said nearly the same thing {len(similar) + 1}x: "
+                    f"{short(text, 60)!r}",
+            pattern=f"text:{short(head, 60)}",
+            details={"text": short(text, 200), "count": len(similar) + 1},
+        )

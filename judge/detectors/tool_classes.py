@@ -1,0 +1,80 @@
+"""Which tools may repeat how often: read-only exploration, modifying, or other.
+
+Agents name their tools differently (``read_file``, ``view``, ``str_replace_editor``,
+``execute_bash``), so membership is by name patterns matched against the whole name and
+against its parts (split on ``_ - . : /`` and camelCase), case-insensitively.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from enum import Enum
+from fnmatch import fnmatchcase
+from functools import lru_cache
+
+
+class ToolClass(str, Enum):
+    EXPLORE = "explore"
+    MODIFY = "modify"
+    OTHER = "other"
+
+
+# Read-only tools: repeating them is cheap and often legitimate (re-listing after a change).
+DEFAULT_EXPLORE_PATTERNS: tuple[str, ...] = (
+    "ls", "list*", "glob", "grep", "rg", "read*", "view*", "search*", "find*", "cat",
+    "head", "tail", "stat", "tree", "lookup", "look", "query", "get*", "fetch*", "browse*",
+    "scroll*", "open", "show*", "describe*", "inspect*", "check*", "status", "navigate*",
+)
+# Tools with side effects: the same write or command twice in a row is already suspicious.
+DEFAULT_MODIFY_PATTERNS: tuple[str, ...] = (
+    "write*", "edit*", "create*", "delete*", "remove*", "rm", "mv", "apply*", "patch*",
+    "bash", "sh", "shell", "exec*", "run*", "execute*", "cmd", "terminal", "python",
+    "ipython", "str_replace*", "replace*", "insert*", "update*", "move*", "rename*",
+    "send*", "post*", "put", "book*", "cancel*", "submit*", "commit*", "push*", "install*",
+)
+
+_SPLIT = re.compile(r"[_\-.:/\s]+|(?<=[a-z])(?=[A-Z])")
+
+
+def _parts(name: str) -> list[str]:
+    parts = [p.lower() for p in _SPLIT.split(name) if p]
+    return [name.lower(), *parts]
+
+
+@lru_cache(maxsize=4096)
+def _classify(name: str, explore: tuple[str, ...], modify: tuple[str, ...]) -> ToolClass:
+    parts = _parts(name)
+    # Whole-name matches decide first; then parts, side effects winning over reading
+    # ("read_and_write" modifies).
+    whole = parts[0]
+    if any(fnmatchcase(whole, p) for p in modify):
+        return ToolClass.MODIFY
+    if any(fnmatchcase(whole, p) for p in explore):
+        return ToolClass.EXPLORE
+    if any(fnmatchcase(part, p) for part in parts[1:] for p in modify):
+        return ToolClass.MODIFY
+    if any(fnmatchcase(part, p) for part in parts[1:] for p in explore):
+        return ToolClass.EXPLORE
+    return ToolClass.OTHER
+
+
+def classify_tool(
+    name: str, explore: Sequence[str] = DEFAULT_EXPLORE_PATTERNS,
+    modify: Sequence[str] = DEFAULT_MODIFY_PATTERNS,
+) -> ToolClass:
+    return _classify(name, tuple(p.lower() for p in explore), tuple(p.lower() for p in modify))
+
+
+def repeat_limit(
+    name: str,
+    *,
+    limits: Mapping[ToolClass, int],
+    overrides: Mapping[str, int],
+    explore: Sequence[str],
+    modify: Sequence[str],
+) -> int:
+    """How many identical successful calls in a row are allowed before the next is a loop."""
+    if name in overrides:
+        return overrides[name]
+    return limits[classify_tool(name, explore, modify)]
