@@ -40,7 +40,8 @@ _ERROR_START = re.compile(
     re.IGNORECASE,
 )
 _ERROR_ANYWHERE = re.compile(  # strong markers, searched in the head of the result
-    r"Traceback \(most recent call last\)|No such file or directory|command not found|"
+    r"Traceback \(most recent call last\)|No such file|cannot access|command not found|"
+    r"^[\w./-]+: (?:cannot|can't|error|fatal|failed)\b|"
     r"Permission denied|is not recognized as|exit code:? [1-9]|returned non-zero exit status|"
     r"Invalid action|SyntaxError:|TypeError:|NameError:|ModuleNotFoundError:|"
     r"does not exist|syntax error|No exact match found|^\W{0,3}error\b|"

@@ -33,6 +33,24 @@ class Step:
         return (self.call_index, self.result_index)
 
 
+# Argument values shorter than this are too common to strip from an error text.
+_MIN_ECHO_CHARS = 3
+
+
+def _without_arguments(text: str, call: ToolCall) -> str:
+    """The error with the call's own argument values blanked out.
+
+    Errors echo their input ("file ./data.csv not found"), which would make every variant
+    of a retried call fail "differently".
+    """
+    values = call.parsed.values() if isinstance(call.parsed, dict) else ()
+    for value in sorted((v.strip() for v in values if isinstance(v, str)), key=len,
+                        reverse=True):
+        if len(value) >= _MIN_ECHO_CHARS:
+            text = text.replace(value, "<arg>")
+    return text
+
+
 class StepBuilder:
     """Incremental: feed messages in order, get completed steps back."""
 
@@ -53,8 +71,9 @@ class StepBuilder:
         for pos, call in enumerate(self._pending):
             index, text = self._results.get(pos, (None, None))
             outcome = classify(text)
+            keyed = _without_arguments(text, call) if outcome.failed and text else text
             steps.append(Step(call, self._pending_index, index, text, outcome,
-                              result_key(text, outcome)))
+                              result_key(keyed, outcome)))
         self._pending = []
         self._results = {}
         return steps

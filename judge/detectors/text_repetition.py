@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from collections import deque
 
-from rapidfuzz import fuzz
+from rapidfuzz import fuzz, utils
 
 from judge.detectors.base import LOOP_SCORE, SUSPICION_CAP, Event, Finding, short
 from judge.detectors.outcome import Outcome
@@ -23,13 +23,12 @@ COMPARE_CHARS = 1500
 WINDOW = 6
 # One message repeating a sentence this many times is degenerate.
 SENTENCE_REPEATS = 3
-# Sentences shorter than this ("Done.", "Yes.") repeat legitimately inside lists.
-MIN_SENTENCE_CHARS = 20
+# Sentences shorter than this ("Done.", "Yes, sure.") repeat legitimately.
+MIN_SENTENCE_CHARS = 12
 
-# Questions re-asked: the same request for information, at least this alike (0..100).
-# Lower than whole-message similarity because agents rephrase the preamble ("Sure!",
-# "Thanks!") and keep the question.
-QUESTION_SIMILARITY = 85
+# Questions re-asked: the same request for information, at least this alike (0..100,
+# token-set ratio: "... reference?" and "... reference so I can look it up?" match).
+QUESTION_SIMILARITY = 90
 MIN_QUESTION_CHARS = 20
 # A question asked a fourth time with no new information in between is a loop; asking
 # three times is how tau-bench agents politely insist (one dev-split false positive).
@@ -115,7 +114,9 @@ class TextRepetitionDetector:
     def _reasked(self, msg: Message) -> Finding | None:
         asked = questions(msg.content)
         earlier = [index for index, qs, epoch in self._asked if epoch == self._epoch and any(
-            fuzz.ratio(q, p, score_cutoff=QUESTION_SIMILARITY) for q in asked for p in qs)]
+            fuzz.token_set_ratio(q, p, processor=utils.default_process,
+                                 score_cutoff=QUESTION_SIMILARITY)
+            for q in asked for p in qs)]
         if asked:
             self._asked.append((msg.index, asked, self._epoch))
         if not earlier:

@@ -1,0 +1,461 @@
+"""Each detector on a clear loop and on its nearest legitimate look-alike."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import anyio
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from judge import Action, LoopKind, LoopTracker, ResponseMode, TrackerConfig, Verdict
+from judge.detectors.base import Finding
+from judge.detectors.outcome import Outcome, classify, result_key
+from judge.detectors.suite import Assessment, combine
+from judge.detectors.text_repetition import degenerate
+
+TASK = [{"role": "system", "content": "You are an agent."},
+        {"role": "user", "content": "Do the task."}]
+
+
+class Agent:
+    """Builds a history call by call, the way an agent appends to it."""
+
+    def __init__(self) -> None:
+        self.history: list[dict[str, Any]] = list(TASK)
+        self._n = 0
+
+    def call(self, name: str, args: dict[str, Any], result: str, text: str = "") -> None:
+        self._n += 1
+        cid = f"call_{self._n}"
+        self.history.append({"role": "assistant", "content": text, "tool_calls": [
+            {"id": cid, "type": "function",
+             "function": {"name": name, "arguments": json.dumps(args)}}]})
+        self.history.append({"role": "tool", "tool_call_id": cid, "content": result})
+
+    def parallel(self, calls: list[tuple[str, dict[str, Any], str]]) -> None:
+        ids = []
+        tool_calls = []
+        for name, args, _ in calls:
+            self._n += 1
+            ids.append(f"call_{self._n}")
+            tool_calls.append({"id": ids[-1], "type": "function",
+                               "function": {"name": name, "arguments": json.dumps(args)}})
+        self.history.append({"role": "assistant", "content": "", "tool_calls": tool_calls})
+        for cid, (_, _, result) in zip(ids, calls, strict=True):
+            self.history.append({"role": "tool", "tool_call_id": cid, "content": result})
+
+    def say(self, text: str) -> None:
+        self.history.append({"role": "assistant", "content": text})
+
+    def user(self, text: str) -> None:
+        self.history.append({"role": "user", "content": text})
+
+
+def replay(agent: Agent, **config: Any) -> list[Verdict]:
+    """turn_started at the start of every turn after an assistant message."""
+    tracker = LoopTracker(TrackerConfig(**config))
+
+    async def run() -> list[Verdict]:
+        out = []
+        hist = agent.history
+        for i, msg in enumerate(hist):
+            if msg["role"] != "assistant":
+                continue
+            end = i + 1
+            while end < len(hist) and hist[end]["role"] == "tool":
+                end += 1
+            out.append(await tracker.turn_started(hist[:end]))
+        return out
+
+    return anyio.run(run)
+
+
+def first_flag(verdicts: list[Verdict]) -> int | None:
+    return next((i + 1 for i, v in enumerate(verdicts) if v), None)
+
+
+# -- exact repeat -----------------------------------------------------------------------
+
+def test_modifying_tool_third_identical_call_is_a_loop() -> None:
+    agent = Agent()
+    for _ in range(3):
+        agent.call("write_file", {"path": "a.txt", "content": "x"}, "File written.")
+    verdicts = replay(agent)
+    assert first_flag(verdicts) == 3
+    v = verdicts[2]
+    assert v.source == "heuristic:exact_repeat" and v.kind is LoopKind.EXACT_REPEAT
+    assert "write_file" in (v.summary or "") and "3x" in (v.summary or "")
+    assert v.recovery_message and "do not call write_file" in v.recovery_message.lower()
+    assert v.evidence == [2, 4, 6]
+
+
+def test_exploration_tool_gets_ten_identical_calls() -> None:
+    agent = Agent()
+    for _ in range(11):
+        agent.call("read_file", {"path": "notes.md"}, "# Notes\nsome content")
+    verdicts = replay(agent)
+    assert first_flag(verdicts) == 11
+
+
+def test_other_tool_fourth_call_and_per_tool_override() -> None:
+    agent = Agent()
+    for _ in range(4):
+        agent.call("get_weather", {"city": "Lima"}, '{"temp": 18}')
+    assert first_flag(replay(agent, explore_tools=("ls",))) == 4
+    assert first_flag(replay(agent, explore_tools=("ls",), tool_limits={"get_weather": 1})) == 2
+
+
+def test_identical_failures_loop_from_the_third_whatever_the_tool() -> None:
+    agent = Agent()
+    for _ in range(3):
+        agent.call("ls", {"path": "/missing"}, "ls: cannot access '/missing': No such file")
+    assert first_flag(replay(agent)) == 3
+
+
+def test_polling_with_changing_results_is_progress() -> None:
+    agent = Agent()
+    for i in range(15):
+        agent.call("bash", {"command": "gh run view 42 --json status"},
+                   json.dumps({"status": "in_progress", "step": i}))
+    assert first_flag(replay(agent)) is None
+
+
+def test_argument_key_order_and_ids_do_not_matter() -> None:
+    agent = Agent()
+    agent.call("edit", {"path": "a", "text": "x"}, "ok")
+    agent.history.append({"role": "assistant", "content": "", "tool_calls": [
+        {"id": "zz", "type": "function",
+         "function": {"name": "edit", "arguments": '{"text":"x",  "path":"a"}'}}]})
+    agent.history.append({"role": "tool", "tool_call_id": "zz", "content": "ok"})
+    agent.call("edit", {"text": "x", "path": "a"}, "ok")
+    assert first_flag(replay(agent)) == 3
+
+
+def test_parallel_calls_count_one_by_one() -> None:
+    agent = Agent()
+    agent.parallel([("write_file", {"path": "a"}, "written"),
+                    ("write_file", {"path": "a"}, "written"),
+                    ("write_file", {"path": "a"}, "written")])
+    assert first_flag(replay(agent)) == 1
+
+
+def test_recurring_call_with_others_between() -> None:
+    agent = Agent()
+    for i in range(4):
+        agent.call("get_order_status", {"id": "W1"}, '{"status": "processing"}')
+        agent.call("get_product", {"id": str(i)}, json.dumps({"name": f"p{i}"}))
+    verdicts = replay(agent)
+    assert first_flag(verdicts) == 7
+    assert "in between" in (verdicts[6].summary or "")
+
+
+def test_rereading_an_edited_file_is_progress() -> None:
+    agent = Agent()
+    for i in range(6):
+        agent.call("read_file", {"path": "app.py"}, f"def f():\n    return {i}\n")
+        agent.call("edit_file", {"path": "app.py", "line": 2, "text": f"return {i + 1}"}, "ok")
+    assert first_flag(replay(agent)) is None
+
+
+def test_preflight_refuses_the_repeat_before_it_runs() -> None:
+    agent = Agent()
+    for _ in range(2):
+        agent.call("write_file", {"path": "a.txt", "content": "x"}, "File written.")
+    tracker = LoopTracker(TrackerConfig())
+
+    async def run() -> tuple[Verdict, Verdict, Verdict, int]:
+        await tracker.turn_started(agent.history)
+        turn = tracker.turn
+        same = tracker.check_call("write_file", {"content": "x", "path": "a.txt"})
+        other = tracker.check_call("write_file", '{"path": "b.txt", "content": "x"}')
+        again = tracker.check_call("write_file", {"content": "x", "path": "a.txt"})
+        assert tracker.turn == turn
+        return same, other, again, turn
+
+    same, other, again, _ = anyio.run(run)
+    assert same and same.action is Action.WARN and "write_file" in (same.summary or "")
+    assert not other
+    assert again.looping  # preflight changes no state
+
+
+# -- cycles -----------------------------------------------------------------------------
+
+def test_ab_cycle_three_times() -> None:
+    agent = Agent()
+    for _ in range(3):
+        agent.call("click", {"element": "item B09"}, "item page B09")
+        agent.call("click", {"element": "< Prev"}, "search results page 1")
+    verdicts = replay(agent)
+    assert first_flag(verdicts) == 6
+    assert verdicts[5].kind is LoopKind.ALTERNATION
+
+
+def test_abc_cycle_twice_and_rotation_is_one_pattern() -> None:
+    agent = Agent()
+    for _ in range(2):
+        agent.call("open", {"f": "a"}, "A")
+        agent.call("open", {"f": "b"}, "B")
+        agent.call("open", {"f": "c"}, "C")
+    tracker_verdicts = replay(agent)
+    assert first_flag(tracker_verdicts) == 6
+    from judge.detectors.cycle import CycleDetector
+    from judge.detectors.steps import StepBuilder
+    from judge.history import normalize_history
+
+    def pattern(order: list[str]) -> str:
+        det, builder = CycleDetector(3, 2), StepBuilder()
+        a = Agent()
+        for _ in range(2):
+            for name in order:
+                a.call("open", {"f": name}, name.upper())
+        found = None
+        for msg in normalize_history(a.history):
+            for step in builder.feed(msg):
+                found = det.observe(step)
+        assert found is not None
+        return found.pattern
+
+    assert pattern(["a", "b", "c"]) == pattern(["b", "c", "a"])
+
+
+def test_edit_test_cycle_with_changing_failures_is_progress() -> None:
+    agent = Agent()
+    for i in range(5):
+        agent.call("edit_file", {"path": "m.py", "patch": f"fix {i}"}, "ok")
+        agent.call("bash", {"command": "pytest -q"}, f"{5 - i} failed, {i} passed")
+    assert first_flag(replay(agent)) is None
+
+
+# -- near-identical retries ---------------------------------------------------------------
+
+def test_near_identical_retries_failing_the_same_way() -> None:
+    agent = Agent()
+    for path in ["./data.csv", "data.csv", "./Data.csv", "data.csv ", "/data.csv"]:
+        agent.call("read", {"path": path}, f"Error: file {path} not found")
+    verdicts = replay(agent)
+    flagged = first_flag(verdicts)
+    assert flagged is not None and flagged <= 5
+    assert any(v.kind is LoopKind.SIMILAR_RETRY for v in verdicts if v)
+
+
+def test_search_typo_variants() -> None:
+    agent = Agent()
+    for q in ["fo0", "f00", "foo0", "fooo"]:
+        agent.call("search", {"query": q}, "No results found")
+    assert first_flag(replay(agent)) == 4
+
+
+def test_refined_search_that_succeeds_is_not_a_loop() -> None:
+    agent = Agent()
+    agent.call("search", {"query": "fo0"}, "No results found")
+    agent.call("search", {"query": "foo"}, "No results found")
+    agent.call("search", {"query": "foo bar"}, '[{"title": "Foo Bar", "url": "x"}]')
+    assert first_flag(replay(agent)) is None
+
+
+def test_acknowledgements_are_never_the_same_result() -> None:
+    agent = Agent()
+    for i in range(6):
+        agent.call("write_file", {"path": f"src/mod_{i}.py", "content": "x"}, "File written.")
+    assert first_flag(replay(agent)) is None
+
+
+# -- result and error cycles ---------------------------------------------------------------
+
+def test_different_calls_same_error() -> None:
+    agent = Agent()
+    cmds = ["pip install x", "pip install --user x", "sudo pip install x", "pip3 install x"]
+    for cmd in cmds:
+        agent.call("bash", {"command": cmd},
+                   f"error: externally-managed-environment (took {len(cmd)}ms)")
+    verdicts = replay(agent)
+    assert first_flag(verdicts) == 4
+    assert verdicts[3].kind is LoopKind.ERROR_CYCLE
+
+
+def test_different_lookups_returning_different_data_is_exploration() -> None:
+    agent = Agent()
+    for i in range(8):
+        agent.call("lookup", {"keyword": f"k{i}"}, f"Result {i}: something new about k{i}")
+    assert first_flag(replay(agent)) is None
+
+
+def test_whack_a_mole_errors() -> None:
+    agent = Agent()
+    errors = ["ImportError: cannot import name 'a'", "TypeError: bad operand"]
+    for i in range(5):
+        agent.call("bash", {"command": "python app.py"}, "Traceback:\n" + errors[i % 2])
+        agent.call("edit_file", {"path": "app.py", "patch": f"p{i}"}, "ok")
+    verdicts = replay(agent)
+    flagged = first_flag(verdicts)
+    assert flagged is not None
+    assert any("whack-a-mole" in (v.summary or "") or v.kind is LoopKind.ALTERNATION
+               for v in verdicts if v)
+
+
+def test_error_masking() -> None:
+    a = "Error: request 3f2a9c81 failed after 1.52s at 2024-05-01T10:00:00Z in /tmp/xyz/1"
+    b = "Error: request 9bd01e77 failed after 0.98s at 2024-06-11T11:30:00Z in /tmp/abc/2"
+    assert classify(a) is Outcome.ERROR
+    assert result_key(a, Outcome.ERROR) == result_key(b, Outcome.ERROR)
+    data_a, data_b = "total: 41 items", "total: 42 items"
+    assert result_key(data_a, classify(data_a)) != result_key(data_b, classify(data_b))
+    assert classify("42") is Outcome.NUMBER
+    assert classify("File written successfully") is Outcome.ACK
+
+
+# -- text repetition ------------------------------------------------------------------------
+
+def test_near_identical_assistant_messages() -> None:
+    agent = Agent()
+    text = "I am going to check the configuration file again to find the port setting."
+    for _ in range(3):
+        agent.say(text)
+        agent.user("ok")
+    verdicts = replay(agent)
+    assert first_flag(verdicts) == 3
+    assert verdicts[2].kind is LoopKind.TEXT_REPETITION
+
+
+def test_similar_status_lines_with_new_results_are_progress() -> None:
+    agent = Agent()
+    for i in range(6):
+        agent.call("scroll_down", {}, f"page {i}: lines {i * 100}-{i * 100 + 99} of the file")
+        agent.say("The class is further down the file; I will keep scrolling to find it.")
+    assert first_flag(replay(agent)) is None
+
+
+def test_degenerate_text_in_one_message() -> None:
+    agent = Agent()
+    agent.say("Let me think about this. the the the the answer is near.")
+    assert first_flag(replay(agent)) == 1
+    assert degenerate("I will retry now. I will retry now. I will retry now.") is not None
+
+
+def test_code_tables_and_lists_do_not_trip_degenerate_text() -> None:
+    code = "```python\n" + "x = call()\n" * 10 + "```"
+    table = "\n".join(["| name | value |"] + ["| item one here | 1 |"] * 5)
+    bullets = "\n".join(["- run the full test suite again"] * 4)
+    assert degenerate(code) is None
+    assert degenerate(table) is None
+    assert degenerate(bullets) is None
+
+
+def test_streaming_catches_a_repeating_response() -> None:
+    tracker = LoopTracker(TrackerConfig())
+    sentence = "I will now call the search tool to find the answer. "
+    verdict = None
+    for _ in range(10):
+        verdict = verdict or tracker.content_chunk(sentence)
+    assert verdict and verdict.kind is LoopKind.TEXT_REPETITION
+
+    calm = LoopTracker(TrackerConfig())
+    chunks = ["```python\n"] + ["print('hello world, again and again')\n"] * 20 + ["```\n"]
+    assert all(calm.content_chunk(c) is None for c in chunks)
+
+
+# -- combining, presets, modes, ttl -------------------------------------------------------------
+
+def _f(name: str, score: float) -> Finding:
+    return Finding(name, LoopKind.EXACT_REPEAT, score, (1,), "s", name)
+
+
+def test_combination_rules() -> None:
+    weights = {"a": 0.2, "b": 0.2, "c": 0.2, "d": 0.2, "e": 0.2, "x": 0.8}
+    assert combine([_f("a", 0.95)], weights).loop is not None
+    assert combine([_f("a", 0.75), _f("b", 0.72)], weights).loop is not None
+    weak = combine([_f(n, 0.5) for n in "abcde"], weights)
+    assert weak.loop is None and weak.suspicion == 0.5
+    assert combine([_f("x", 0.8)], weights).loop is not None  # weighted sum 0.64
+    assert combine([], weights) == Assessment(None, 0.0, ())
+
+
+def test_presets_and_overrides() -> None:
+    agent = Agent()
+    for _ in range(3):
+        agent.call("write_file", {"path": "a"}, "File written.")
+    assert first_flag(replay(agent, preset="conservative")) is None
+    assert first_flag(replay(agent, preset="aggressive")) == 2
+    assert first_flag(replay(agent, preset="conservative", modify_repeat_limit=2)) == 3
+
+
+@pytest.mark.parametrize(
+    ("mode", "actions"),
+    [
+        (ResponseMode.GRADUATED, [Action.WARN, Action.WARN, Action.STOP, Action.STOP]),
+        (ResponseMode.WARN, [Action.WARN] * 4),
+        (ResponseMode.BLOCK, [Action.STOP] * 4),
+        (ResponseMode.CHANCE_THEN_BLOCK, [Action.WARN, Action.STOP, Action.STOP, Action.STOP]),
+    ],
+)
+def test_response_modes(mode: ResponseMode, actions: list[Action]) -> None:
+    agent = Agent()
+    for _ in range(6):
+        agent.call("write_file", {"path": "a"}, "File written.")
+    flagged = [v.action for v in replay(agent, response_mode=mode) if v]
+    assert flagged == actions
+
+
+def test_ttl_expires_old_calls() -> None:
+    from judge.detectors.suite import DetectorSuite
+    from judge.history import normalize_history
+
+    now = [0.0]
+    suite = DetectorSuite(TrackerConfig(ttl_seconds=60), clock=lambda: now[0])
+    agent = Agent()
+    for _ in range(3):
+        agent.call("write_file", {"path": "a"}, "File written.")
+    for msg in normalize_history(agent.history):
+        if msg.role == "tool":
+            now[0] += 120  # two minutes between calls: each starts afresh
+        suite.feed(msg)
+    assert suite.assess().loop is None
+
+
+# -- properties ------------------------------------------------------------------------------
+
+_names = st.sampled_from(["ls", "read_file", "bash", "write_file", "search", "get_x"])
+_results = st.sampled_from(["ok", "", "Error: nope", "No results", "42", "data A", "data B",
+                            "Traceback (most recent call last):\nValueError: x"])
+_args = st.dictionaries(st.sampled_from(["path", "q", "n"]),
+                        st.one_of(st.integers(0, 3), st.text(max_size=6)), max_size=2)
+_step = st.one_of(
+    st.tuples(st.just("call"), _names, _args, _results),
+    st.tuples(st.just("say"), st.text(max_size=80), st.none(), st.none()),
+    st.tuples(st.just("user"), st.text(max_size=20), st.none(), st.none()),
+)
+
+
+def _build(steps: list[tuple[Any, ...]]) -> list[dict[str, Any]]:
+    agent = Agent()
+    for kind, a, b, c in steps:
+        if kind == "call":
+            agent.call(a, b, c)
+        elif kind == "say":
+            agent.say(a)
+        else:
+            agent.user(a)
+    return agent.history
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(_step, max_size=25))
+def test_incremental_equals_batch_and_never_raises(steps: list[tuple[Any, ...]]) -> None:
+    history = _build(steps)
+
+    async def one_at_a_time() -> Verdict:
+        tracker = LoopTracker(TrackerConfig())
+        verdict = Verdict()
+        for end in range(1, len(history) + 1):
+            verdict = await tracker.turn_started(history[:end])
+        return verdict
+
+    async def batch() -> Verdict:
+        tracker = LoopTracker(TrackerConfig())
+        return await tracker.turn_started(history)
+
+    a, b = anyio.run(one_at_a_time), anyio.run(batch)
+    assert (a.looping, a.source, a.kind, a.evidence) == (b.looping, b.source, b.kind, b.evidence)
