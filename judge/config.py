@@ -67,6 +67,7 @@ PRESETS: dict[str, dict[str, Any]] = {
 DEFAULT_WEIGHTS: dict[str, float] = {
     "exact_repeat": 0.2, "cycle": 0.2, "similar_retry": 0.2, "result_cycle": 0.2,
     "text_repetition": 0.2,
+    "repeated_request": 0.0,  # suspicion only: it brings the judge's check forward
 }
 
 # (lower, upper) inclusive bounds per numeric field; None means unbounded.

@@ -10,6 +10,7 @@ from judge.config import TrackerConfig
 from judge.detectors.base import Detector, Finding
 from judge.detectors.cycle import CycleDetector
 from judge.detectors.exact_repeat import ExactRepeatDetector
+from judge.detectors.repeated_request import RepeatedRequestDetector
 from judge.detectors.result_cycle import ResultCycleDetector
 from judge.detectors.similar_retry import SimilarRetryDetector
 from judge.detectors.steps import StepBuilder
@@ -63,6 +64,7 @@ def default_detectors(config: TrackerConfig) -> list[Detector]:
                              config.retry_window),
         ResultCycleDetector(config.result_cycle_min),
         TextRepetitionDetector(config.text_similarity, config.text_min_repeats),
+        RepeatedRequestDetector(),
     ]
 
 
