@@ -135,6 +135,11 @@ class TrackerConfig(BaseSettings):
     # Let a heuristic suspicion (score >= 0.5) bring the judge's check forward, even before
     # check_after_turns: loops in our recorded data start a median of 4 turns in.
     early_checks: bool = True
+    # Redact API keys, tokens, private keys and passwords before a judge model sees them.
+    redact_secrets: bool = True
+    # Extra regular expressions for secrets of your own (a named group "secret" hides only
+    # that part).
+    redact_patterns: tuple[str, ...] = ()
     response_mode: ResponseMode = ResponseMode.GRADUATED
     ladder: tuple[Action, ...] = Field(default=DEFAULT_LADDER, min_length=1)
 

@@ -25,6 +25,7 @@ from judge.escalation import action_for
 from judge.history import HistoryCursor, Message, canonical_arguments
 from judge.llm_judge import JudgeOutcome, TwoStageJudge
 from judge.recovery import from_finding, from_judge
+from judge.redaction import Redactor
 from judge.schedule import Schedule
 from judge.transcript import build_prompt, judge_window
 from judge.verdict import Action, Verdict
@@ -73,6 +74,9 @@ class LoopTracker:
                 threshold=cfg.confidence_threshold,
             )
         self._suite = DetectorSuite(cfg, detectors)
+        self._redactor = (
+            Redactor(extra_patterns=cfg.redact_patterns) if cfg.redact_secrets else None
+        )
         self._stream = StreamMonitor()
         self._schedule = Schedule(
             check_after_turns=cfg.check_after_turns,
@@ -169,7 +173,11 @@ class LoopTracker:
         cfg = self.config
         window = judge_window(self._recent, cfg.history_messages)
         prompt = build_prompt(
-            window, self._task, message_chars=cfg.max_message_chars, task_chars=cfg.max_task_chars
+            window,
+            self._task,
+            message_chars=cfg.max_message_chars,
+            task_chars=cfg.max_task_chars,
+            scrub=self._redactor.redact if self._redactor is not None else lambda t: t,
         )
         try:
             outcome = await self._judge.check(prompt)

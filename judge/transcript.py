@@ -8,7 +8,7 @@ escaped, so nothing inside can close the ``<transcript>`` fence or open a new ta
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from judge._prompts import read_text
 from judge.history import Message
@@ -63,15 +63,23 @@ def _escape(line: str) -> str:
     return line.replace("<", "\\u003c").replace(">", "\\u003e")
 
 
-def render_message(msg: Message, limit: int) -> str:
+Scrub = Callable[[str], str]
+
+
+def _keep(text: str) -> str:
+    return text
+
+
+def render_message(msg: Message, limit: int, scrub: Scrub = _keep) -> str:
     record: dict[str, object] = {"n": msg.index, "role": msg.role}
     if msg.name:
         record["name"] = msg.name
     if msg.content:
-        record["content"] = clip(msg.content, limit)
+        record["content"] = scrub(clip(msg.content, limit))
     if msg.tool_calls:
         record["calls"] = [
-            {"tool": c.name, "arguments": clip(c.canonical, limit // 2)} for c in msg.tool_calls
+            {"tool": c.name, "arguments": scrub(clip(c.canonical, limit // 2))}
+            for c in msg.tool_calls
         ]
     if msg.tool_call_id:
         record["result_of"] = msg.tool_call_id
@@ -79,11 +87,17 @@ def render_message(msg: Message, limit: int) -> str:
 
 
 def build_prompt(
-    window: Sequence[Message], task: Message | None, *, message_chars: int, task_chars: int
+    window: Sequence[Message],
+    task: Message | None,
+    *,
+    message_chars: int,
+    task_chars: int,
+    scrub: Scrub = _keep,
 ) -> list[dict[str, str]]:
-    """The chat messages sent to a judge model."""
-    task_text = clip(task.content, task_chars) if task is not None else "(not available)"
-    transcript = "\n".join(render_message(m, message_chars) for m in window)
+    """The chat messages sent to a judge model; ``scrub`` redacts secrets from every text
+    that leaves the process."""
+    task_text = scrub(clip(task.content, task_chars)) if task is not None else "(not available)"
+    transcript = "\n".join(render_message(m, message_chars, scrub) for m in window)
     user = read_text(USER_PROMPT_FILE).format(
         task=_escape(json.dumps(task_text, ensure_ascii=False)),
         count=len(window),

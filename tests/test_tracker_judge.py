@@ -268,3 +268,26 @@ async def test_overlapping_calls_are_serialized() -> None:
         gate.set()
     assert tracker.turn == 2
     assert [v.turn for v in results] == [1, 2]
+
+
+async def test_secrets_never_reach_the_judge() -> None:
+    tracker, client = make([answer(0.1)], check_after_turns=1, initial_interval=1)
+    history = looping_history(1)
+    history[-1]["content"] = (
+        "config: OPENAI_API_KEY=sk-proj-abcdefghijklmnopqrstuvwxyz0123456789 and "
+        "db at postgres://admin:hunter2hunter2@db.internal:5432/app"
+    )
+    await tracker.turn_started(history)
+    sent = client.requests[0][1][1]["content"]
+    assert "sk-proj-abcdefghijklmnopqrstuvwxyz0123456789" not in sent
+    assert "hunter2hunter2" not in sent
+    assert "[REDACTED" in sent and "db.internal" in sent
+
+
+async def test_redaction_can_be_switched_off() -> None:
+    tracker, client = make([answer(0.1)], check_after_turns=1, initial_interval=1,
+                           redact_secrets=False)
+    history = looping_history(1)
+    history[-1]["content"] = "token ghp_abcdefghijklmnopqrstuvwxyz0123456789"
+    await tracker.turn_started(history)
+    assert "ghp_abcdefghijklmnopqrstuvwxyz0123456789" in client.requests[0][1][1]["content"]
