@@ -64,6 +64,14 @@ def _escape(line: str) -> str:
 
 
 Scrub = Callable[[str], str]
+# Redaction runs on a pre-clipped text this many times the final size: a 10 MB tool output
+# is not scanned whole, and a secret cut by the first clip lies in the middle that the
+# final clip drops anyway.
+_SCRUB_MARGIN = 4
+
+
+def _safe_clip(text: str, limit: int, scrub: Scrub) -> str:
+    return clip(scrub(clip(text, limit * _SCRUB_MARGIN)), limit)
 
 
 def _keep(text: str) -> str:
@@ -75,10 +83,10 @@ def render_message(msg: Message, limit: int, scrub: Scrub = _keep) -> str:
     if msg.name:
         record["name"] = msg.name
     if msg.content:
-        record["content"] = scrub(clip(msg.content, limit))
+        record["content"] = _safe_clip(msg.content, limit, scrub)
     if msg.tool_calls:
         record["calls"] = [
-            {"tool": c.name, "arguments": scrub(clip(c.canonical, limit // 2))}
+            {"tool": c.name, "arguments": _safe_clip(c.canonical, limit // 2, scrub)}
             for c in msg.tool_calls
         ]
     if msg.tool_call_id:
@@ -95,8 +103,8 @@ def build_prompt(
     scrub: Scrub = _keep,
 ) -> list[dict[str, str]]:
     """The chat messages sent to a judge model; ``scrub`` redacts secrets from every text
-    that leaves the process."""
-    task_text = scrub(clip(task.content, task_chars)) if task is not None else "(not available)"
+    that leaves the process, before clipping so a clip marker cannot split a secret."""
+    task_text = _safe_clip(task.content, task_chars, scrub) if task else "(not available)"
     transcript = "\n".join(render_message(m, message_chars, scrub) for m in window)
     user = read_text(USER_PROMPT_FILE).format(
         task=_escape(json.dumps(task_text, ensure_ascii=False)),
