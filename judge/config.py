@@ -12,6 +12,7 @@ from typing import Any, Literal
 from pydantic import Field, SecretStr, ValidationInfo, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from judge.breaker import DEFAULT_BREAKER_COOLDOWN_S, DEFAULT_BREAKER_FAILURES
 from judge.detectors.tool_classes import DEFAULT_EXPLORE_PATTERNS, DEFAULT_MODIFY_PATTERNS
 from judge.escalation import DEFAULT_LADDER, ResponseMode
 from judge.verdict import Action
@@ -38,6 +39,10 @@ DEFAULT_MAX_RETRY_AFTER_S = 60.0
 # under ~12k tokens, cheap on a flash model.
 DEFAULT_MAX_MESSAGE_CHARS = 2000
 DEFAULT_MAX_TASK_CHARS = 2000
+# Whole-prompt cap: the 2.6k-char system prompt, a clipped task and 20 messages at the
+# per-message clip (~45k chars with tool-call arguments) fit; 60k chars is ~15k tokens,
+# inside every current flash model's context and a bounded cost per check.
+DEFAULT_MAX_PROMPT_CHARS = 60_000
 
 # Detector thresholds per preset. "balanced" is the design notes' default: an exploration
 # tool may repeat 10 times (the 11th identical call is a loop), a modifying tool 2, others
@@ -68,6 +73,7 @@ DEFAULT_WEIGHTS: dict[str, float] = {
     "exact_repeat": 0.2, "cycle": 0.2, "similar_retry": 0.2, "result_cycle": 0.2,
     "text_repetition": 0.2,
     "repeated_request": 0.0,  # suspicion only: it brings the judge's check forward
+    "semantic_repeat": 0.2,
 }
 
 # (lower, upper) inclusive bounds per numeric field; None means unbounded.
@@ -83,6 +89,12 @@ _BOUNDS: dict[str, tuple[float | None, float | None]] = {
     "max_retry_after_s": (0.0, None),
     "max_message_chars": (64, None),
     "max_task_chars": (64, None),
+    # room for the system prompt (~2.6k chars), the template and a clipped task
+    "max_prompt_chars": (4096, None),
+    "max_judge_calls": (0, None),
+    "max_judge_tokens": (0, None),
+    "breaker_failures": (1, None),
+    "breaker_cooldown_s": (0.0, None),
     "explore_repeat_limit": (1, None),
     "modify_repeat_limit": (1, None),
     "other_repeat_limit": (1, None),
@@ -131,6 +143,13 @@ class TrackerConfig(BaseSettings):
     max_retry_after_s: float = DEFAULT_MAX_RETRY_AFTER_S
     max_message_chars: int = DEFAULT_MAX_MESSAGE_CHARS
     max_task_chars: int = DEFAULT_MAX_TASK_CHARS
+    max_prompt_chars: int = DEFAULT_MAX_PROMPT_CHARS
+    # Spending limits per tracker (None = unlimited); once reached, heuristics only.
+    max_judge_calls: int | None = None
+    max_judge_tokens: int | None = None
+    # Failed checks in a row that open the circuit breaker, and its cool-down.
+    breaker_failures: int = DEFAULT_BREAKER_FAILURES
+    breaker_cooldown_s: float = DEFAULT_BREAKER_COOLDOWN_S
     count_scope: Literal["prompt", "session"] = "prompt"
     # Let a heuristic suspicion (score >= 0.5) bring the judge's check forward, even before
     # check_after_turns: loops in our recorded data start a median of 4 turns in.
@@ -167,6 +186,9 @@ class TrackerConfig(BaseSettings):
     # exact tool name -> identical successful calls allowed in a row
     tool_limits: dict[str, int] = Field(default_factory=dict)
     detector_weights: dict[str, float] = Field(default_factory=lambda: dict(DEFAULT_WEIGHTS))
+    # Compare delegated requests by meaning with a small embedding model: "auto" uses it
+    # when the `semantic` extra is installed, "on" requires it, "off" never loads it.
+    semantic: Literal["auto", "on", "off"] = "auto"
     # Forget calls older than this many seconds (None: keep the window whatever its age).
     ttl_seconds: float | None = None
 
@@ -191,9 +213,11 @@ class TrackerConfig(BaseSettings):
 
     @field_validator(*_BOUNDS, mode="after")
     @classmethod
-    def _in_bounds(cls, value: float, info: ValidationInfo) -> float:
+    def _in_bounds(cls, value: float | None, info: ValidationInfo) -> float | None:
         field = info.field_name or ""
         low, high = _BOUNDS[field]
+        if value is None:  # optional limits: None means unlimited
+            return value
         if value != value:  # NaN slips through every comparison
             raise ValueError(f"{field} must be a number, got NaN (set by {env_name(field)})")
         if (low is not None and value < low) or (high is not None and value > high):

@@ -12,6 +12,7 @@ from judge.detectors.cycle import CycleDetector
 from judge.detectors.exact_repeat import ExactRepeatDetector
 from judge.detectors.repeated_request import RepeatedRequestDetector
 from judge.detectors.result_cycle import ResultCycleDetector
+from judge.detectors.semantic_repeat import SemanticRepeatDetector
 from judge.detectors.similar_retry import SimilarRetryDetector
 from judge.detectors.steps import StepBuilder
 from judge.detectors.text_repetition import TextRepetitionDetector
@@ -64,8 +65,19 @@ def default_detectors(config: TrackerConfig) -> list[Detector]:
                              config.retry_window),
         ResultCycleDetector(config.result_cycle_min),
         TextRepetitionDetector(config.text_similarity, config.text_min_repeats),
-        RepeatedRequestDetector(),
+        *_semantic_detectors(config),
     ]
+
+
+def _semantic_detectors(config: TrackerConfig) -> list[Detector]:
+    """The embedding-based detector, when enabled and its extra is installed."""
+    from judge import embeddings
+
+    mode = config.semantic
+    if mode == "off" or (mode == "auto" and not embeddings.available()):
+        # Without embeddings, literal request similarity can still raise suspicion.
+        return [RepeatedRequestDetector()]
+    return [SemanticRepeatDetector(embeddings.shared_embedder())]
 
 
 class DetectorSuite:

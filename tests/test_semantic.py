@@ -1,0 +1,81 @@
+"""The embedding-based detector (optional `semantic` extra)."""
+
+from __future__ import annotations
+
+import pytest
+
+from judge import LoopKind, TrackerConfig
+from judge.detectors.semantic_repeat import request_text
+from judge.detectors.steps import StepBuilder
+from judge.detectors.suite import default_detectors
+from judge.history import normalize_history
+from tests.test_detectors import Agent, first_flag, replay
+
+embeddings = pytest.importorskip("judge.embeddings")
+pytestmark = pytest.mark.skipif(not embeddings.available(),
+                                reason="the semantic extra is not installed")
+
+REPHRASED = [
+    "Please check the Mariano's website to find the price of their ready-to-eat salads.",
+    "Visit marianos.com and look up how much the ready-to-eat salads cost.",
+    "Go to the Mariano's site and find the prices of ready made salads.",
+    "Check Mariano's website once more for the cost of their ready-to-eat salads.",
+]
+
+
+def test_similar_meaning_is_similar_vector() -> None:
+    vectors = embeddings.shared_embedder().embed(REPHRASED[:2] + ["Fix the YAML indentation."])
+    assert float(vectors[0] @ vectors[1]) > 0.8
+    assert float(vectors[0] @ vectors[2]) < 0.3
+
+
+def test_rephrased_delegation_is_a_loop() -> None:
+    agent = Agent()
+    for i, request in enumerate(REPHRASED):
+        agent.call("WebSurfer", {"request": request}, f"I clicked a link. Screenshot {i}.")
+    verdicts = replay(agent, semantic="on")
+    assert first_flag(verdicts) == 4
+    assert verdicts[3].source == "heuristic:semantic_repeat"
+    assert verdicts[3].kind is LoopKind.COGNITIVE
+    assert first_flag(replay(agent, semantic="off")) is None
+
+
+def test_different_requests_and_enumerations_are_progress() -> None:
+    agent = Agent()
+    for request in [
+        "Search the web for supermarkets within two blocks of Lincoln Park in Chicago.",
+        "Open the Whole Foods Market website and find their salad section.",
+        "Look up the opening hours of the Trader Joe's store on North Avenue.",
+        "Summarize the prices you found so far in a short table for the user.",
+    ]:
+        agent.call("WebSurfer", {"request": request}, "done: found some information")
+    for n in range(1, 6):
+        agent.call("WebSurfer", {"request": f"Open search result number {n} and read its title."},
+                   f"title {n}")
+    assert first_flag(replay(agent, semantic="on")) is None
+
+
+def test_identical_requests_with_new_results_are_polling_not_semantic_loops() -> None:
+    agent = Agent()
+    for i in range(5):
+        agent.call("Assistant", {"request": "Please check whether the nightly build has "
+                                            "finished and report its current status."},
+                   f"build status: running step {i} of 9")
+    assert first_flag(replay(agent, semantic="on")) is None
+
+
+def test_commands_are_not_compared_as_prose() -> None:
+    builder = StepBuilder()
+    agent = Agent()
+    agent.call("bash", {"command": "gh run view --branch fix/retry --json status"}, "x")
+    agent.call("WebSurfer", {"request": "Please open the pricing page of the vendor site."}, "y")
+    steps = [s for m in normalize_history(agent.history) for s in builder.feed(m)]
+    assert request_text(steps[0]) is None
+    assert request_text(steps[1]) is not None
+
+
+def test_modes_choose_the_detector() -> None:
+    names_on = {d.name for d in default_detectors(TrackerConfig(semantic="on"))}
+    names_off = {d.name for d in default_detectors(TrackerConfig(semantic="off"))}
+    assert "semantic_repeat" in names_on and "repeated_request" not in names_on
+    assert "semantic_repeat" not in names_off and "repeated_request" in names_off
