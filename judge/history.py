@@ -31,10 +31,11 @@ class ToolCall:
     arguments: str
     canonical: str
     parsed: Any
+    signature: str = ""  # name(canonical), precomputed: detectors compare it on every step
 
-    @property
-    def signature(self) -> str:
-        return f"{self.name}({self.canonical})"
+    def __post_init__(self) -> None:
+        if not self.signature:
+            object.__setattr__(self, "signature", f"{self.name}({self.canonical})")
 
 
 @dataclass(frozen=True, slots=True)

@@ -74,7 +74,8 @@ class ExactRepeatDetector:
         """The same call and result coming back with other calls in between: asking again
         for what the agent was already told, e.g. order status re-checked between lookups.
         """
-        same = [s for s in self._recent if s.signature == step.signature and s.key == step.key]
+        sig, key = step.signature, step.key
+        same = [s for s in self._recent if s.key == key and s.signature == sig]
         count = len(same)
         if count < 2 or step.outcome.name == "MISSING":
             return None

@@ -21,10 +21,11 @@ class Step:
     result: str | None
     outcome: Outcome
     key: str  # result key: equal for "the same result"
+    signature: str = ""  # the call's signature, copied for the detectors' hot loops
 
-    @property
-    def signature(self) -> str:
-        return self.call.signature
+    def __post_init__(self) -> None:
+        if not self.signature:
+            object.__setattr__(self, "signature", self.call.signature)
 
     @property
     def indices(self) -> tuple[int, ...]:
