@@ -21,6 +21,8 @@ class CycleDetector:
     """
 
     name = "cycle"
+    # Attributes that make up the detector's state (serialized by LoopTracker.state).
+    STATE = ("_tokens", "_steps", "_current")
 
     def __init__(self, repeats_period2: int, repeats: int) -> None:
         self._repeats_p2 = repeats_period2
@@ -52,8 +54,10 @@ class CycleDetector:
             if len(block) < period or len({sig for sig, _ in block}) < 2:
                 continue
             reps = 1
-            while len(tokens) >= period * (reps + 1) and \
-                    tokens[-period * (reps + 1): -period * reps] == block:
+            while (
+                len(tokens) >= period * (reps + 1)
+                and tokens[-period * (reps + 1) : -period * reps] == block
+            ):
                 reps += 1
             if reps < 2:
                 continue
@@ -62,7 +66,7 @@ class CycleDetector:
             score = LOOP_SCORE if looping else SUSPICION_CAP * (reps / needed)
             if best is not None and score <= best.score:
                 continue
-            steps = list(self._steps)[-period * reps:]
+            steps = list(self._steps)[-period * reps :]
             names = [f"{s.call.name}({short(s.call.canonical, 30)})" for s in steps[:period]]
             rotation = min(tuple(block[i:] + block[:i]) for i in range(period))
             best = Finding(

@@ -21,6 +21,17 @@ class ExactRepeatDetector:
     """
 
     name = "exact_repeat"
+    # Attributes that make up the detector's state (serialized by LoopTracker.state).
+    STATE = (
+        "_signature",
+        "_key",
+        "_count",
+        "_all_failed",
+        "_evidence",
+        "_last",
+        "_current",
+        "_recent",
+    )
 
     def __init__(
         self,
@@ -86,11 +97,16 @@ class ExactRepeatDetector:
             score=LOOP_SCORE if looping else near_miss(count - 1, self._recur_min),
             evidence=tuple(s.call_index for s in same),
             summary=f"{describe_call(step)} called {count}x in the last {len(self._recent)} "
-                    "calls with other calls in between, same result each time",
+            "calls with other calls in between, same result each time",
             pattern=f"exact:{step.signature}",
-            details={"tool": step.call.name, "arguments": step.call.canonical, "count": count,
-                     "limit": self._recur_min - 1, "failing": step.outcome.failed,
-                     "result": short(step.result or "", 200)},
+            details={
+                "tool": step.call.name,
+                "arguments": step.call.canonical,
+                "count": count,
+                "limit": self._recur_min - 1,
+                "failing": step.outcome.failed,
+                "result": short(step.result or "", 200),
+            },
         )
 
     def preflight_finding(self, count: int) -> Finding:

@@ -66,16 +66,27 @@ _NUMBER = re.compile(r"^\s*[-+]?\d[\d,_]*(?:\.\d+)?(?:e[-+]?\d+)?\s*%?\s*$", re.
 
 # Masks for error texts, most specific first.
 _MASKS: tuple[tuple[re.Pattern[str], str], ...] = (
-    (re.compile(r"\b[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\b", re.I),
-     "<uuid>"),
-    (re.compile(r"\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}(?::\d{2}(?:\.\d+)?)?(?:Z|[+-]\d{2}:?\d{2})?"),
-     "<time>"),
+    (
+        re.compile(r"\b[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\b", re.I),
+        "<uuid>",
+    ),
+    (
+        re.compile(r"\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}(?::\d{2}(?:\.\d+)?)?(?:Z|[+-]\d{2}:?\d{2})?"),
+        "<time>",
+    ),
     (re.compile(r"\b\d{1,2}:\d{2}:\d{2}(?:\.\d+)?\b"), "<time>"),
-    (re.compile(r"(?:/tmp|/var/folders|/private/var|C:\\Users\\[^\\]+\\AppData\\Local\\Temp)"
-                r"[^\s'\":]*"), "<tmp>"),
+    (
+        re.compile(
+            r"(?:/tmp|/var/folders|/private/var|C:\\Users\\[^\\]+\\AppData\\Local\\Temp)"
+            r"[^\s'\":]*"
+        ),
+        "<tmp>",
+    ),
     (re.compile(r"\b0x[0-9a-f]+\b|\b[0-9a-f]{7,}\b", re.I), "<hex>"),
-    (re.compile(r"\b\d+(?:\.\d+)?\s?(?:ms|s|sec|secs|seconds|m|min|minutes|h|µs|us|ns)\b"),
-     "<dur>"),
+    (
+        re.compile(r"\b\d+(?:\.\d+)?\s?(?:ms|s|sec|secs|seconds|m|min|minutes|h|µs|us|ns)\b"),
+        "<dur>",
+    ),
     (re.compile(r"\d+(?:\.\d+)?"), "<n>"),
 )
 
@@ -123,7 +134,7 @@ def classify(text: str | None) -> Outcome:
 
 def mask(text: str) -> str:
     """The error text with run-to-run noise replaced by placeholders."""
-    out = " ".join(text[:_HEAD_CHARS * 4].split())
+    out = " ".join(text[: _HEAD_CHARS * 4].split())
     for pattern, placeholder in _MASKS:
         out = pattern.sub(placeholder, out)
     return out.lower()

@@ -36,6 +36,8 @@ def _request_text(step: Step) -> str | None:
 
 class RepeatedRequestDetector:
     name = "repeated_request"
+    # Attributes that make up the detector's state (serialized by LoopTracker.state).
+    STATE = ("_requests", "_current")
 
     def __init__(self) -> None:
         self.reset()
@@ -52,8 +54,13 @@ class RepeatedRequestDetector:
         if text is None:
             return None
         same_tool = [(t, i) for name, t, i in self._requests if name == event.call.name]
-        earlier = [i for t, i in same_tool[-WINDOW:] if fuzz.token_set_ratio(
-            text, t, processor=utils.default_process, score_cutoff=SIMILARITY)]
+        earlier = [
+            i
+            for t, i in same_tool[-WINDOW:]
+            if fuzz.token_set_ratio(
+                text, t, processor=utils.default_process, score_cutoff=SIMILARITY
+            )
+        ]
         self._requests.append((event.call.name, text, event.call_index))
         if len(earlier) < EARLIER_NEEDED:
             return None
@@ -63,7 +70,7 @@ class RepeatedRequestDetector:
             score=SUSPICION_CAP,
             evidence=(*earlier, event.call_index),
             summary=f"{event.call.name} asked for the same thing {len(earlier) + 1}x in "
-                    f"other words: {short(text, 60)!r}",
+            f"other words: {short(text, 60)!r}",
             pattern=f"request:{event.call.name}",
             details={"tool": event.call.name, "text": short(text, 200)},
         )

@@ -26,6 +26,8 @@ class ResultCycleDetector:
     and whack-a-mole: error A, a fix, error B, a fix, error A again (same tool)."""
 
     name = "result_cycle"
+    # Attributes that make up the detector's state (serialized by LoopTracker.state).
+    STATE = ("_key", "_signatures", "_evidence", "_errors", "_whack", "_current")
 
     def __init__(self, min_calls: int) -> None:
         self._min_calls = min_calls
@@ -66,8 +68,10 @@ class ResultCycleDetector:
             return None
         looping = count >= self._min_calls
         what = "failed with the same error" if step.outcome.failed else "returned the same result"
-        calls = [f"{s.call.name}({short(s.call.canonical, 30)})"
-                 for s in list(self._signatures.values())[-4:]]
+        calls = [
+            f"{s.call.name}({short(s.call.canonical, 30)})"
+            for s in list(self._signatures.values())[-4:]
+        ]
         return Finding(
             detector=self.name,
             kind=LoopKind.ERROR_CYCLE,
@@ -75,8 +79,12 @@ class ResultCycleDetector:
             evidence=tuple(self._evidence),
             summary=f"{count} different calls in a row {what}: {short(step.result or '', 80)}",
             pattern=f"result:{self._key}",
-            details={"calls": calls, "count": count, "result": short(step.result or "", 200),
-                     "failing": step.outcome.failed},
+            details={
+                "calls": calls,
+                "count": count,
+                "result": short(step.result or "", 200),
+                "failing": step.outcome.failed,
+            },
         )
 
     def _track_errors(self, step: Step) -> None:
@@ -107,8 +115,11 @@ class ResultCycleDetector:
             score=LOOP_SCORE if looping else near_miss(returns, WHACK_RETURNS),
             evidence=tuple(evidence),
             summary=f"whack-a-mole: the same {step.call.name} error came back {returns}x "
-                    f"after other errors: {short(step.result or '', 80)}",
+            f"after other errors: {short(step.result or '', 80)}",
             pattern=f"whack:{step.key}",
-            details={"tool": step.call.name, "result": short(step.result or "", 200),
-                     "failing": True},
+            details={
+                "tool": step.call.name,
+                "result": short(step.result or "", 200),
+                "failing": True,
+            },
         )

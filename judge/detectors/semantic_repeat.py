@@ -61,6 +61,8 @@ def request_text(step: Step) -> str | None:
 
 class SemanticRepeatDetector:
     name = "semantic_repeat"
+    # Attributes that make up the detector's state (serialized by LoopTracker.state).
+    STATE = ("_requests", "_current")
 
     def __init__(self, embedder: Embedder) -> None:
         self._embedder = embedder
@@ -81,9 +83,13 @@ class SemanticRepeatDetector:
         same_tool = [r for r in self._requests if r[0] == event.call.name][-WINDOW:]
         # Identical requests are the exact-repeat detector's business (which lets polling
         # with changing results pass); enumerations are progress.
-        earlier = [index for _, other, index, other_text in same_tool
-                   if other_text != text and not _same_but_numbers(text, other_text)
-                   and float(vector @ other) >= SIMILARITY]
+        earlier = [
+            index
+            for _, other, index, other_text in same_tool
+            if other_text != text
+            and not _same_but_numbers(text, other_text)
+            and float(vector @ other) >= SIMILARITY
+        ]
         self._requests.append((event.call.name, vector, event.call_index, text))
         if not earlier:
             return None
@@ -94,9 +100,8 @@ class SemanticRepeatDetector:
             score=LOOP_SCORE if looping else near_miss(len(earlier), EARLIER_NEEDED),
             evidence=(*earlier, event.call_index),
             summary=f"{event.call.name} asked for the same thing {len(earlier) + 1}x in "
-                    f"other words: {short(text, 60)!r}",
+            f"other words: {short(text, 60)!r}",
             pattern=f"semantic:{event.call.name}:{short(text, 40)}",
-            details={"tool": event.call.name, "text": short(text, 200),
-                     "count": len(earlier) + 1},
+            details={"tool": event.call.name, "text": short(text, 200), "count": len(earlier) + 1},
         )
         return self._current

@@ -30,6 +30,8 @@ class SimilarRetryDetector:
     """
 
     name = "similar_retry"
+    # Attributes that make up the detector's state (serialized by LoopTracker.state).
+    STATE = ("_steps", "_current")
 
     def __init__(self, min_variants: int, similarity: float, window: int) -> None:
         self._min_variants = min_variants
@@ -57,9 +59,13 @@ class SimilarRetryDetector:
         for step, text in self._steps:
             if step.call.name != last.call.name or step.key != last.key:
                 continue
-            if text != last_text and Levenshtein.normalized_similarity(
-                text, last_text, score_cutoff=self._similarity
-            ) < self._similarity:
+            if (
+                text != last_text
+                and Levenshtein.normalized_similarity(
+                    text, last_text, score_cutoff=self._similarity
+                )
+                < self._similarity
+            ):
                 continue
             variants.setdefault(step.call.canonical, step)
             evidence.append(step.call_index)
@@ -75,8 +81,13 @@ class SimilarRetryDetector:
             score=LOOP_SCORE if looping else near_miss(count, self._min_variants),
             evidence=tuple(evidence),
             summary=f"{last.call.name} retried with {count} near-identical argument variants, "
-                    f"{outcome} each time",
+            f"{outcome} each time",
             pattern=f"similar:{last.call.name}:{last.key}",
-            details={"tool": last.call.name, "variants": count, "arguments": shown,
-                     "result": short(last.result or "", 200), "failing": last.outcome.failed},
+            details={
+                "tool": last.call.name,
+                "variants": count,
+                "arguments": shown,
+                "result": short(last.result or "", 200),
+                "failing": last.outcome.failed,
+            },
         )

@@ -45,8 +45,7 @@ def _without_arguments(text: str, call: ToolCall) -> str:
     of a retried call fail "differently".
     """
     values = call.parsed.values() if isinstance(call.parsed, dict) else ()
-    for value in sorted((v.strip() for v in values if isinstance(v, str)), key=len,
-                        reverse=True):
+    for value in sorted((v.strip() for v in values if isinstance(v, str)), key=len, reverse=True):
         if len(value) >= _MIN_ECHO_CHARS:
             text = text.replace(value, "<arg>")
     return text
@@ -56,6 +55,7 @@ class StepBuilder:
     """Incremental: feed messages in order, get completed steps back."""
 
     __slots__ = ("_pending", "_pending_index", "_results")
+    STATE = ("_pending", "_pending_index", "_results")
 
     def __init__(self) -> None:
         self._pending: list[ToolCall] = []
@@ -73,8 +73,9 @@ class StepBuilder:
             index, text = self._results.get(pos, (None, None))
             outcome = classify(text)
             keyed = _without_arguments(text, call) if outcome.failed and text else text
-            steps.append(Step(call, self._pending_index, index, text, outcome,
-                              result_key(keyed, outcome)))
+            steps.append(
+                Step(call, self._pending_index, index, text, outcome, result_key(keyed, outcome))
+            )
         self._pending = []
         self._results = {}
         return steps

@@ -5,7 +5,9 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
+from judge._codec import StateError, decode, dump_attrs, encode, load_attrs
 from judge.config import TrackerConfig
 from judge.detectors.base import Detector, Finding
 from judge.detectors.cycle import CycleDetector
@@ -54,15 +56,22 @@ def default_detectors(config: TrackerConfig) -> list[Detector]:
     }
 
     def limit_for(name: str) -> int:
-        return repeat_limit(name, limits=limits, overrides=config.tool_limits,
-                            explore=config.explore_tools, modify=config.modify_tools)
+        return repeat_limit(
+            name,
+            limits=limits,
+            overrides=config.tool_limits,
+            explore=config.explore_tools,
+            modify=config.modify_tools,
+        )
 
     return [
-        ExactRepeatDetector(limit_for, config.failure_repeat_limit, config.recur_min,
-                            config.recur_window),
+        ExactRepeatDetector(
+            limit_for, config.failure_repeat_limit, config.recur_min, config.recur_window
+        ),
         CycleDetector(config.cycle_repeats_period2, config.cycle_repeats),
-        SimilarRetryDetector(config.retry_min_variants, config.retry_similarity,
-                             config.retry_window),
+        SimilarRetryDetector(
+            config.retry_min_variants, config.retry_similarity, config.retry_window
+        ),
         ResultCycleDetector(config.result_cycle_min),
         TextRepetitionDetector(config.text_similarity, config.text_min_repeats),
         *_semantic_detectors(config),
@@ -87,7 +96,7 @@ class DetectorSuite:
         self,
         config: TrackerConfig,
         detectors: Sequence[Detector] | None = None,
-        clock: Callable[[], float] = time.monotonic,
+        clock: Callable[[], float] = time.time,
     ) -> None:
         self.config = config
         self.detectors: list[Detector] = (
@@ -133,5 +142,37 @@ class DetectorSuite:
     def assess(self) -> Assessment:
         return combine(list(self._findings.values()), self.config.detector_weights)
 
+    def state(self) -> dict[str, Any]:
+        """Everything the detectors remember, as JSON-able data (see judge._codec)."""
+        return {
+            "steps": dump_attrs(self._steps, StepBuilder.STATE),
+            "findings": encode(self._findings),
+            "last_step_at": self._last_step_at,
+            "detectors": {d.name: dump_attrs(d, _state_names(d)) for d in self.detectors},
+        }
+
+    def load_state(self, data: dict[str, Any]) -> None:
+        try:
+            load_attrs(self._steps, StepBuilder.STATE, data["steps"])
+            self._findings = decode(data["findings"])
+            self._last_step_at = data["last_step_at"]
+            saved = data["detectors"]
+        except KeyError as exc:
+            raise StateError(f"detector state lacks {exc}") from exc
+        for detector in self.detectors:
+            if detector.name not in saved:
+                raise StateError(
+                    f"no saved state for detector {detector.name!r}; was the "
+                    "tracker saved with another configuration?"
+                )
+            load_attrs(detector, _state_names(detector), saved[detector.name])
+
     def detector(self, name: str) -> Detector | None:
         return next((d for d in self.detectors if d.name == name), None)
+
+
+def _state_names(detector: Detector) -> tuple[str, ...]:
+    names = getattr(detector, "STATE", None)
+    if names is None:
+        raise StateError(f"detector {detector.name!r} declares no STATE; it cannot be saved")
+    return tuple(names)

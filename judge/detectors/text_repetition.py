@@ -80,6 +80,8 @@ class TextRepetitionDetector:
     """
 
     name = "text_repetition"
+    # Attributes that make up the detector's state (serialized by LoopTracker.state).
+    STATE = ("_recent", "_asked", "_seen", "_epoch", "_current")
 
     def __init__(self, similarity: float, min_repeats: int) -> None:
         self._similarity = similarity * 100
@@ -106,17 +108,28 @@ class TextRepetitionDetector:
         if len(text) < MIN_CHARS:
             return None
         # Every check runs (each keeps its own memory); the strongest one speaks.
-        found = [f for f in (self._degenerate(event), self._repeated(event, text),
-                             self._reasked(event)) if f is not None]
+        found = [
+            f
+            for f in (self._degenerate(event), self._repeated(event, text), self._reasked(event))
+            if f is not None
+        ]
         self._current = max(found, key=lambda f: f.score) if found else None
         return self._current
 
     def _reasked(self, msg: Message) -> Finding | None:
         asked = questions(msg.content)
-        earlier = [index for index, qs, epoch in self._asked if epoch == self._epoch and any(
-            fuzz.token_set_ratio(q, p, processor=utils.default_process,
-                                 score_cutoff=QUESTION_SIMILARITY)
-            for q in asked for p in qs)]
+        earlier = [
+            index
+            for index, qs, epoch in self._asked
+            if epoch == self._epoch
+            and any(
+                fuzz.token_set_ratio(
+                    q, p, processor=utils.default_process, score_cutoff=QUESTION_SIMILARITY
+                )
+                for q in asked
+                for p in qs
+            )
+        ]
         if asked:
             self._asked.append((msg.index, asked, self._epoch))
         if not earlier:
@@ -151,8 +164,11 @@ class TextRepetitionDetector:
 
     def _repeated(self, msg: Message, text: str) -> Finding | None:
         head = text[:COMPARE_CHARS].lower()
-        similar = [index for index, other, epoch in self._recent if epoch == self._epoch
-                   and fuzz.ratio(head, other, score_cutoff=self._similarity)]
+        similar = [
+            index
+            for index, other, epoch in self._recent
+            if epoch == self._epoch and fuzz.ratio(head, other, score_cutoff=self._similarity)
+        ]
         self._recent.append((msg.index, head, self._epoch))
         if not similar:
             return None
@@ -164,7 +180,7 @@ class TextRepetitionDetector:
             score=round(score, 3),
             evidence=(*similar, msg.index),
             summary=f"assistant said nearly the same thing {len(similar) + 1}x: "
-                    f"{short(text, 60)!r}",
+            f"{short(text, 60)!r}",
             pattern=f"text:{short(head, 60)}",
             details={"text": short(text, 200), "count": len(similar) + 1},
         )
