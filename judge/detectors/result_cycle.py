@@ -17,6 +17,7 @@ WHACK_WINDOW = 7
 # something else, the first traceback again), so one return is only a suspicion for the
 # judge and the second return is the loop.
 WHACK_RETURNS = 2
+WHACK_OCCURRENCES = 3
 # Outcomes that say nothing about progress and never form "the same result".
 _NO_RESULT = (Outcome.ACK, Outcome.NUMBER, Outcome.MISSING)
 
@@ -108,7 +109,8 @@ class ResultCycleDetector:
                 seen_other = True
         if returns == 0:
             return
-        looping = returns >= WHACK_RETURNS
+        # A, A, B, A: the error came back once but is now three strong; also a loop.
+        looping = returns >= WHACK_RETURNS or len(evidence) >= WHACK_OCCURRENCES
         self._whack = Finding(
             detector=self.name,
             kind=LoopKind.ERROR_CYCLE,
