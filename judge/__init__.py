@@ -17,7 +17,10 @@ from judge.errors import (
     JudgeTimeout,
     LoopJudgeError,
 )
-from judge.escalation import ResponseMode
+from judge.escalation import LadderState, OverrideRecord, ResponseMode
+from judge.memory import LoopMemory
+from judge.stats import TrackerStats
+from judge.telemetry import Telemetry
 from judge.tracker import LoopTracker
 from judge.verdict import Action, JudgeCall, JudgeStage, LoopKind, Verdict
 
@@ -35,11 +38,16 @@ __all__ = [
     "JudgeRateLimited",
     "JudgeStage",
     "JudgeTimeout",
+    "LadderState",
     "LoopJudgeError",
     "LoopKind",
+    "LoopMemory",
     "LoopTracker",
+    "OverrideRecord",
     "ResponseMode",
+    "Telemetry",
     "TrackerConfig",
+    "TrackerStats",
     "Verdict",
 ]
 

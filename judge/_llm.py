@@ -51,6 +51,9 @@ BACKOFF_JITTER_S = 0.5
 PLACEHOLDER_API_KEY = "not-needed"
 # litellm reports a missing key as a 500; it is a configuration error, not an outage.
 _CREDENTIAL_HINTS = ("missing credentials", "api_key client option must be set")
+# litellm reports a refused or dropped connection as a 500 whose text says so; it is an
+# unreachable endpoint, not a server error, and the verdict should say which.
+_CONNECTION_HINTS = ("connection error", "connection refused", "server disconnected")
 # Slack on top of timeout_s for our own watchdog, in case the transport ignores its timeout.
 WATCHDOG_GRACE_S = 1.0
 
@@ -166,6 +169,8 @@ def map_exception(exc: Exception, model: str) -> JudgeError:
     status = _status(exc)
     if any(hint in text.lower() for hint in _CREDENTIAL_HINTS):
         return JudgeHTTPError(f"no API key for {model}: {text}", model=model, status=401)
+    if status == 500 and any(hint in text.lower() for hint in _CONNECTION_HINTS):
+        return JudgeConnectionError(f"connection failed: {text}", model=model)
     if status == 429:
         return JudgeRateLimited(
             f"rate limited (429): {text}", model=model, retry_after=retry_after_seconds(exc)

@@ -25,7 +25,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from judge._llm import LiteLLMClient, LLMClient
-from judge.adapters import load_trajectories
+from judge.adapters import load_trajectories, load_trajectory
 from judge.config import TrackerConfig, env_name
 from judge.dataset import (
     TRAJECTORY_SUFFIXES,
@@ -57,6 +57,7 @@ from judge.evaluation.replay import (
 )
 from judge.evaluation.sweep import build_configs, parse_axis, run_sweep, settings_grid
 from judge.tracker import LoopTracker
+from judge.verdict import Action, Verdict
 
 __all__ = ["assistant_turn_ends", "build_parser", "main", "replay"]
 
@@ -495,6 +496,107 @@ def _import(args: argparse.Namespace, console: Console) -> int:
     return EXIT_FAILED if failures else 0
 
 
+# -- serve -----------------------------------------------------------------------------------
+
+
+def _serve(args: argparse.Namespace, console: Console) -> int:
+    """Run the sidecar with uvicorn; the server stack is imported only here."""
+    try:
+        import uvicorn
+
+        from judge.server.app import OPENAPI_FILE, create_app, openapi_text
+        from judge.server.settings import ServerSettings
+    except ImportError as exc:
+        raise UsageError(
+            f"the server needs the serve extra ({exc.name} is missing): "
+            "pip install 'loop-judge[serve]'"
+        ) from exc
+    if args.dump_openapi is not None:
+        text = openapi_text()
+        if args.dump_openapi == "-":
+            sys.stdout.write(text)
+        else:
+            target = Path(args.dump_openapi or OPENAPI_FILE)
+            target.write_text(text, encoding="utf-8")
+            console.print(f"wrote {target}", highlight=False)
+        return 0
+    overrides = {
+        key: value
+        for key, value in (("host", args.host), ("port", args.port), ("redis_url", args.redis_url))
+        if value is not None
+    }
+    try:
+        settings = ServerSettings(**overrides)
+    except ValidationError as exc:
+        problems = "; ".join(str(e["msg"]) for e in exc.errors())
+        raise UsageError(f"invalid server settings: {problems}") from exc
+    settings.check_bind()  # ConfigError: exit 2 with the message, before binding anything
+    app = create_app(settings)
+    console.print(
+        f"loop-judge sidecar on http://{settings.host}:{settings.port} "
+        f"(sessions: {'redis' if settings.redis_url else 'memory'})",
+        highlight=False,
+    )
+    uvicorn.run(app, host=settings.host, port=settings.port, log_level="info")
+    return 0
+
+
+# -- check -----------------------------------------------------------------------------------
+
+# Exit codes of `check`, for scripts and orchestrators (issue 6): 0 no loop, 10 the agent
+# would have been warned, 20 it would have been stopped or handed to the user. Far from
+# 1 and 2 (failure, usage) so the three outcomes never read as an error.
+EXIT_NO_LOOP = 0
+EXIT_WARN = 10
+EXIT_STOP = 20
+_HALTING = (Action.STOP, Action.ASK_USER)
+
+
+async def _replay_until_halt(messages: list[dict[str, Any]], tracker: LoopTracker) -> list[Verdict]:
+    """Verdicts turn by turn, up to the first that would have halted the agent."""
+    verdicts = []
+    for end in assistant_turn_ends(messages):
+        verdict = await tracker.turn_started(messages[:end])
+        verdicts.append(verdict)
+        if verdict and verdict.action in _HALTING:
+            break
+    return verdicts
+
+
+def _check(args: argparse.Namespace, console: Console) -> int:
+    """Replay one trajectory; exit 0 / 10 / 20 by the most severe action it would get."""
+    try:
+        trajectory = load_trajectory(args.file)
+    except TrajectoryFormatError as exc:
+        raise UsageError(str(exc)) from exc
+    except OSError as exc:
+        raise UsageError(f"{args.file}: cannot read: {exc.strerror or exc}") from exc
+    tracker = LoopTracker(_config({}))  # the env's judge when configured, else heuristics
+    verdicts = anyio.run(_replay_until_halt, trajectory.messages, tracker)
+    loops = [v for v in verdicts if v]
+    halted = next((v for v in loops if v.action in _HALTING), None)
+    deciding = halted or (loops[0] if loops else (verdicts[-1] if verdicts else Verdict()))
+    code = EXIT_STOP if halted else EXIT_WARN if loops else EXIT_NO_LOOP
+    if args.json:
+        sys.stdout.write(deciding.model_dump_json(indent=2) + "\n")
+        return code
+    if not loops:
+        console.print(f"{args.file}: no loop in {len(verdicts)} turns", highlight=False)
+        return code
+    first = loops[0]
+    console.print(
+        f"{args.file}: loop at turn {first.turn} ({first.source}, {first.action.value}): "
+        f"{first.summary}", markup=False, highlight=False,
+    )
+    console.print(first.explanation or "", markup=False, highlight=False)
+    if halted is not None and halted is not first:
+        console.print(
+            f"then at turn {halted.turn} ({halted.action.value}): {halted.summary}",
+            markup=False, highlight=False,
+        )
+    return code
+
+
 # -- parser ----------------------------------------------------------------------------------
 
 
@@ -584,6 +686,37 @@ def build_parser() -> argparse.ArgumentParser:
     imp.add_argument("paths", nargs="+", help="files or folders to convert")
     imp.add_argument("--out", required=True, help="folder for one JSON file per trajectory")
     imp.set_defaults(func=_import)
+
+    srv = sub.add_parser(
+        "serve",
+        help="run the HTTP sidecar (needs the serve extra: pip install 'loop-judge[serve]')",
+        description="Serve one tracker per session over HTTP. Settings come from LOOP_JUDGE_* "
+        "variables (tracker and server); these flags override them.",
+    )
+    srv.add_argument("--host", help="address to bind (default: LOOP_JUDGE_HOST or 127.0.0.1)")
+    srv.add_argument("--port", type=int, help="port (default: LOOP_JUDGE_PORT or 8787)")
+    srv.add_argument("--redis-url", help="keep sessions in Redis (default: LOOP_JUDGE_REDIS_URL)")
+    srv.add_argument(
+        "--dump-openapi",
+        nargs="?",
+        const="",
+        metavar="FILE",
+        help="write the OpenAPI schema (default: the committed judge/server/openapi.json; "
+        "'-' for stdout) and exit",
+    )
+    srv.set_defaults(func=_serve)
+
+    chk = sub.add_parser(
+        "check",
+        help="replay one trajectory; exit 0 (no loop), 10 (warn) or 20 (stop or ask_user)",
+        description="Replay a trajectory (any format `import` reads) through the tracker, "
+        "with the LOOP_JUDGE_* judge when one is configured, else heuristics only. Prints the "
+        "first loop's summary and explanation; stops at the first verdict that would have "
+        "halted the agent.",
+    )
+    chk.add_argument("file", help="a trajectory file")
+    chk.add_argument("--json", action="store_true", help="print the deciding verdict as JSON")
+    chk.set_defaults(func=_check)
     return parser
 
 

@@ -7,17 +7,40 @@ deployment file, not our code.
 
 from __future__ import annotations
 
+from contextvars import ContextVar
+from fnmatch import fnmatchcase
+from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import Field, SecretStr, ValidationInfo, field_validator, model_validator
+from pydantic import (
+    Field,
+    SecretStr,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from judge.breaker import DEFAULT_BREAKER_COOLDOWN_S, DEFAULT_BREAKER_FAILURES
 from judge.detectors.tool_classes import DEFAULT_EXPLORE_PATTERNS, DEFAULT_MODIFY_PATTERNS
-from judge.escalation import DEFAULT_LADDER, ResponseMode
+from judge.errors import ConfigError
+from judge.escalation import (
+    DEFAULT_LADDER,
+    DEFAULT_OVERALL_EVERY,
+    DEFAULT_RECOVERY_TURNS,
+    DEFAULT_SILENCE_TURNS,
+    ResponseMode,
+)
 from judge.verdict import Action
 
 ENV_PREFIX = "LOOP_JUDGE_"
+# Set while a model_overrides block is being applied: the nested config must not check
+# the blocks again (pydantic-settings merges the environment's blocks back in).
+_APPLYING_BLOCK: ContextVar[bool] = ContextVar("loop_judge_applying_block", default=False)
+# The recovery message is injected into the agent's context on every loop verdict; a
+# paragraph or two (~1,500 chars, ~400 tokens) steers without crowding out the task.
+DEFAULT_RECOVERY_MAX_CHARS = 1500
 
 # Defaults from gemini-cli's loopDetectionService (the design notes we started from):
 # LLM checks start at turn 30, interval 3 until the first answer, then 5..15 turns
@@ -109,6 +132,11 @@ _BOUNDS: dict[str, tuple[float | None, float | None]] = {
     "result_cycle_min": (2, None),
     "text_similarity": (0.0, 1.0),
     "text_min_repeats": (1, None),
+    "ladder_overall_every": (1, None),
+    "recovery_turns": (1, None),
+    "override_silence_turns": (1, None),
+    # room for the fence, the pattern's name and one constraint
+    "recovery_max_chars": (200, None),
 }
 
 
@@ -161,6 +189,23 @@ class TrackerConfig(BaseSettings):
     redact_patterns: tuple[str, ...] = ()
     response_mode: ResponseMode = ResponseMode.GRADUATED
     ladder: tuple[Action, ...] = Field(default=DEFAULT_LADDER, min_length=1)
+    # After a loop is found (judge/escalation.py): different loops climb the ladder at
+    # 1/ladder_overall_every the speed of a relapse into the same one; recovery_turns turns
+    # without a relapse count as an escape; a person's first override silences a loop for
+    # override_silence_turns turns (the second for twice that, the third for the session).
+    ladder_overall_every: int = DEFAULT_OVERALL_EVERY
+    recovery_turns: int = DEFAULT_RECOVERY_TURNS
+    override_silence_turns: int = DEFAULT_SILENCE_TURNS
+    # Character budget of verdict.recovery_message, the fenced block for the model.
+    recovery_max_chars: int = DEFAULT_RECOVERY_MAX_CHARS
+    # Known-loop memory (judge/memory.py): a SQLite file of loop fingerprints, never raw
+    # content; None = off. A remembered pattern brings the judge's check forward; with
+    # memory_lowers_threshold it also flags one repeat earlier.
+    memory_path: Path | None = None
+    memory_lowers_threshold: bool = False
+    # Glob of the agent's model name -> field overrides, picked by
+    # LoopTracker(agent_model=...): some models loop more than others.
+    model_overrides: dict[str, dict[str, Any]] = Field(default_factory=dict)
 
     # -- heuristic detectors (defaults come from the preset unless set explicitly) -----
     preset: Literal["conservative", "balanced", "aggressive"] = "balanced"
@@ -233,6 +278,58 @@ class TrackerConfig(BaseSettings):
                 f"max_interval ({env_name('max_interval')}) = {self.max_interval}"
             )
         return self
+
+    @model_validator(mode="after")
+    def _model_overrides_valid(self) -> TrackerConfig:
+        # Check every block now, so a typo fails at construction, not when a tracker for
+        # that model happens to be built.
+        if _APPLYING_BLOCK.get():
+            return self
+        for glob, block in self.model_overrides.items():
+            self._apply_block(glob, block, {})
+        return self
+
+    def _apply_block(
+        self, glob: str, block: dict[str, Any], data: dict[str, Any]
+    ) -> TrackerConfig:
+        where = f"model_overrides[{glob!r}] (set by {env_name('model_overrides')})"
+        unknown = sorted(k for k in block if k not in type(self).model_fields)
+        if unknown or "model_overrides" in block:
+            bad = ", ".join(unknown) or "model_overrides"
+            raise ConfigError(f"{where}: not a TrackerConfig field: {bad}")
+        data = {**data, **block}
+        base = self.model_dump(exclude_unset=True)
+        if "preset" in data:  # a block's preset replaces the base preset's thresholds
+            base = {k: v for k, v in base.items() if k not in PRESETS.get(data["preset"], {})}
+        token = _APPLYING_BLOCK.set(True)
+        try:
+            resolved = type(self)(**{**base, **data})
+        except ValidationError as exc:
+            problems = "; ".join(
+                f"{'.'.join(map(str, e['loc'])) or 'config'}: "
+                + str(e["msg"]).removeprefix("Value error, ")
+                for e in exc.errors()
+            )
+            raise ConfigError(f"{where}: {problems}") from None
+        finally:
+            _APPLYING_BLOCK.reset(token)
+        return resolved.model_copy(update={"model_overrides": {}})
+
+    def for_model(self, model: str | None) -> TrackerConfig:
+        """This config with each `model_overrides` block whose glob matches ``model``
+        applied in order (later blocks win), validated like any config.
+
+        Raises `ConfigError` naming the block when an override is invalid. The result
+        carries no blocks of its own, so applying it twice changes nothing.
+        """
+        if not model:
+            return self
+        resolved, data = self, {}
+        for glob, block in self.model_overrides.items():
+            if fnmatchcase(model, glob):
+                resolved = self._apply_block(glob, block, data)
+                data = {**data, **block}
+        return resolved
 
     @property
     def judge_enabled(self) -> bool:

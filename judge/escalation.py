@@ -1,32 +1,73 @@
-"""Which action a detection calls for, given how many came before.
+"""The escalation ladder: which action a loop verdict calls for, and what came of it.
 
-Kept pure so the ladder can be tested and documented apart from the tracker.
+Pure bookkeeping, no I/O and no tracker: a `Ladder` counts detections per distinct loop
+pattern (``Finding.pattern``, or ``"llm"`` for the judge) and overall, turns the count into
+a rung, and the response mode turns the rung into an action. It also keeps the person's
+overrides (silences) and counts recoveries. Its whole state is one pydantic model,
+`LadderState`, so a tracker's state can be saved and restored as JSON.
+
+Counting rules, chosen so the ladder is predictable and documented in one place:
+
+- Every loop verdict counts, including one on the very next turn while the loop is still
+  running: the agent saw the warning and went on anyway, so it climbs a rung.
+- The rung of a detection is the larger of the pattern's own count and the overall count
+  divided by ``overall_every`` (rounded up): a relapse into the same loop climbs at full
+  speed, a string of different loops at half speed by default.
+- A loop verdict opens a recovery attempt for its pattern. No detection of that pattern for
+  ``recovery_turns`` turns closes it as a recovery; a detection before that closes it as a
+  failed recovery (and opens the next attempt). A pattern flagged again after it was
+  escaped keeps its count: relapsing is exactly what the higher rungs are for.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from enum import Enum
 
-from judge.verdict import Action
+from pydantic import BaseModel, Field
+
+from judge.verdict import Action, LoopKind
 
 
 class ResponseMode(str, Enum):
     """How hard the tracker pushes back when it finds a loop."""
 
-    GRADUATED = "graduated"  # follow the ladder: warn, warn, stop by default
-    WARN = "warn"  # never stop
+    GRADUATED = "graduated"  # follow the ladder: warn, warn harder, ask the user, stop
+    WARN = "warn"  # never stop (the message still grows stronger)
     BLOCK = "block"  # stop at the first detection
-    CHANCE_THEN_BLOCK = "chance_then_block"  # warn once, then stop
+    CHANCE_THEN_BLOCK = "chance_then_block"  # warn once per loop, then stop
 
 
-# Two warnings before a stop: one chance to read the recovery message, one more to act on
-# it after a relapse (the default ladder in our design notes).
-DEFAULT_LADDER: tuple[Action, ...] = (Action.WARN, Action.WARN, Action.STOP)
+class RecoveryLevel(str, Enum):
+    """Which recovery template a verdict gets; grows with the rung."""
+
+    WARN = "warn"  # 1st: constraints and alternatives
+    FORBID = "forbid"  # 2nd: the looping call is forbidden outright
+    ASK_USER = "ask_user"  # 3rd: stop and ask the person, listing what was tried
+    STOP = "stop"  # beyond: the run ends; hand over what was learned
+
+
+# Design notes: "1st detection warn, 2nd stronger constraints, 3rd ask the user, beyond
+# stop". One chance to read the message, one more after a relapse, then a person decides.
+DEFAULT_LADDER: tuple[Action, ...] = (Action.WARN, Action.WARN, Action.ASK_USER, Action.STOP)
+# Different loops climb the ladder at half the speed of a relapse into the same one: an
+# agent that hits three unrelated dead ends is less clearly stuck than one that repeats one.
+DEFAULT_OVERALL_EVERY = 2
+# Turns without a detection of a pattern after its warning that count as an escape: about
+# one read-edit-test round of a coding agent (our recorded loops relapse within 1-3 turns).
+DEFAULT_RECOVERY_TURNS = 5
+# A person's first "keep going" silences a pattern this many turns; each further one
+# doubles it, and the third disables the pattern for the session (issue 6: friction grows).
+DEFAULT_SILENCE_TURNS = 10
+OVERRIDES_TO_DISABLE = 3
+# The pattern of every loop the LLM judge finds: it names no call, so all its verdicts are
+# one loop for counting and overriding.
+LLM_PATTERN = "llm"
 
 
 def action_for(detection: int, mode: ResponseMode, ladder: Sequence[Action]) -> Action:
-    """The action for the ``detection``-th detection (1-based) in this tracker."""
+    """The action for rung ``detection`` (1-based) under ``mode``."""
     if detection < 1:
         return Action.CONTINUE
     if mode is ResponseMode.WARN:
@@ -37,3 +78,208 @@ def action_for(detection: int, mode: ResponseMode, ladder: Sequence[Action]) -> 
         return Action.WARN if detection == 1 else Action.STOP
     steps = list(ladder) or list(DEFAULT_LADDER)
     return steps[min(detection, len(steps)) - 1]
+
+
+def level_for(action: Action, rung: int) -> RecoveryLevel:
+    """The recovery template for an action on a rung: the action decides, except that a
+    repeated warning gets the stronger text (so warn mode still tightens its message)."""
+    if action is Action.STOP:
+        return RecoveryLevel.STOP
+    if action is Action.ASK_USER:
+        return RecoveryLevel.ASK_USER
+    return RecoveryLevel.WARN if rung <= 1 else RecoveryLevel.FORBID
+
+
+class PatternState(BaseModel):
+    """What the ladder knows about one loop pattern in this session."""
+
+    label: str = Field(description="the latest summary of this loop, for 'approaches tried'")
+    kind: LoopKind | None = None
+    detections: int = 0
+    first_turn: int = 0
+    last_turn: int = 0
+    awaiting_recovery: bool = False
+    recoveries: int = 0
+    failed_recoveries: int = 0
+    overrides: int = 0
+    silenced_until: int | None = Field(default=None, description="last silenced session turn")
+    disabled: bool = False
+
+
+class OverrideRecord(BaseModel):
+    """A person's "keep going" for one pattern, as recorded by `Ladder.override`."""
+
+    pattern: str
+    reason: str
+    turn: int = Field(description="session turn of the override")
+    count: int = Field(description="1 for the first override of this pattern, ...")
+    silenced_until: int | None = None
+    disabled: bool = False
+    message: str
+
+
+class LadderState(BaseModel):
+    """Everything the ladder remembers; JSON-serializable, part of the tracker's state.
+
+    Pattern keys are the detectors' pattern strings, which quote the looping call's
+    arguments: treat a saved state like the conversation it came from.
+    """
+
+    turn: int = Field(default=0, description="session turns (never reset by a new prompt)")
+    detections: int = 0
+    recoveries: int = 0
+    failed_recoveries: int = 0
+    patterns: dict[str, PatternState] = Field(default_factory=dict)
+    overrides: list[OverrideRecord] = Field(default_factory=list)
+
+
+class LadderPolicy(BaseModel):
+    """The ladder's settings (from `TrackerConfig`)."""
+
+    mode: ResponseMode = ResponseMode.GRADUATED
+    ladder: tuple[Action, ...] = DEFAULT_LADDER
+    overall_every: int = Field(default=DEFAULT_OVERALL_EVERY, ge=1)
+    recovery_turns: int = Field(default=DEFAULT_RECOVERY_TURNS, ge=1)
+    silence_turns: int = Field(default=DEFAULT_SILENCE_TURNS, ge=1)
+
+
+class Step(BaseModel):
+    """The ladder's answer for one detection."""
+
+    action: Action
+    level: RecoveryLevel
+    rung: int
+    pattern_count: int = Field(description="detections of this pattern, this one included")
+    overall_count: int = Field(description="detections in the session, this one included")
+    failed_recovery: bool = Field(
+        default=False, description="this pattern was flagged again before it was escaped"
+    )
+    tried: list[str] = Field(
+        default_factory=list, description="labels of the loops flagged so far, newest first"
+    )
+
+
+# Labels listed as "approaches tried": enough to show a pattern, short enough for a prompt.
+TRIED_SHOWN = 5
+
+
+class Ladder:
+    """Counts detections and overrides for one tracker; see the module docstring."""
+
+    def __init__(self, policy: LadderPolicy | None = None, state: LadderState | None = None):
+        self.policy = policy or LadderPolicy()
+        self.state = state or LadderState()
+
+    def reset(self) -> None:
+        self.state = LadderState()
+
+    # -- turns ---------------------------------------------------------------------------
+
+    def tick(self) -> None:
+        """Count one session turn (call once per ``turn_started``)."""
+        self.state.turn += 1
+
+    def end_turn(self) -> list[str]:
+        """Close the recovery attempts that have now gone ``recovery_turns`` turns without a
+        detection; returns their patterns (each counted as a recovery)."""
+        recovered = []
+        for pattern, entry in self.state.patterns.items():
+            clean = self.state.turn - entry.last_turn
+            if entry.awaiting_recovery and clean >= self.policy.recovery_turns:
+                entry.awaiting_recovery = False
+                entry.recoveries += 1
+                self.state.recoveries += 1
+                recovered.append(pattern)
+        return recovered
+
+    # -- detections ----------------------------------------------------------------------
+
+    def _rung(self, pattern_count: int, overall_count: int) -> int:
+        return max(pattern_count, math.ceil(overall_count / self.policy.overall_every))
+
+    def _tried(self, first: str | None = None) -> list[str]:
+        entries = sorted(self.state.patterns.values(), key=lambda e: e.last_turn, reverse=True)
+        labels = [e.label for e in entries]
+        if first is not None:
+            labels = [first, *(label for label in labels if label != first)]
+        return labels[:TRIED_SHOWN]
+
+    def preview(self, pattern: str) -> Step:
+        """The step the next detection of ``pattern`` would get; changes nothing."""
+        entry = self.state.patterns.get(pattern)
+        count = (entry.detections if entry else 0) + 1
+        overall = self.state.detections + 1
+        rung = self._rung(count, overall)
+        action = action_for(rung, self.policy.mode, self.policy.ladder)
+        return Step(
+            action=action,
+            level=level_for(action, rung),
+            rung=rung,
+            pattern_count=count,
+            overall_count=overall,
+            failed_recovery=bool(entry and entry.awaiting_recovery),
+            tried=self._tried(),
+        )
+
+    def escalate(self, pattern: str, *, label: str, kind: LoopKind | None = None) -> Step:
+        """Record a loop verdict for ``pattern`` and say what it calls for."""
+        step = self.preview(pattern)
+        entry = self.state.patterns.get(pattern)
+        if entry is None:
+            entry = PatternState(label=label, kind=kind, first_turn=self.state.turn)
+            self.state.patterns[pattern] = entry
+        if entry.awaiting_recovery:
+            entry.failed_recoveries += 1
+            self.state.failed_recoveries += 1
+        entry.label, entry.kind = label, kind
+        entry.detections = step.pattern_count
+        entry.last_turn = self.state.turn
+        entry.awaiting_recovery = True
+        self.state.detections = step.overall_count
+        return step.model_copy(update={"tried": self._tried(first=label)})
+
+    # -- overrides -----------------------------------------------------------------------
+
+    def silenced(self, pattern: str) -> bool:
+        """Whether a person's override keeps ``pattern`` from flagging this turn."""
+        entry = self.state.patterns.get(pattern)
+        if entry is None:
+            return False
+        if entry.disabled:
+            return True
+        return entry.silenced_until is not None and self.state.turn <= entry.silenced_until
+
+    def override(self, pattern: str, reason: str, *, label: str | None = None) -> OverrideRecord:
+        """A person says "keep going" about ``pattern``; friction grows with each one.
+
+        The 1st silences it for ``silence_turns`` turns, the 2nd for twice that, the 3rd
+        disables it for the rest of the session. An open recovery attempt is dropped: the
+        person, not the agent, ended the loop.
+        """
+        entry = self.state.patterns.get(pattern)
+        if entry is None:
+            entry = PatternState(label=label or pattern, first_turn=self.state.turn,
+                                 last_turn=self.state.turn)
+            self.state.patterns[pattern] = entry
+        entry.overrides += 1
+        entry.awaiting_recovery = False
+        count = entry.overrides
+        name = entry.label
+        if count >= OVERRIDES_TO_DISABLE:
+            entry.disabled = True
+            entry.silenced_until = None
+            message = (f"override {count}: detection of this loop is now off for the rest of "
+                       f"this session ({name})")
+        else:
+            turns = self.policy.silence_turns * 2 ** (count - 1)
+            entry.silenced_until = self.state.turn + turns
+            left = OVERRIDES_TO_DISABLE - count
+            message = (f"override {count}: this loop will not be flagged for the next {turns} "
+                       f"turns; {left} more override(s) turn its detection off for the session "
+                       f"({name})")
+        record = OverrideRecord(
+            pattern=pattern, reason=reason, turn=self.state.turn, count=count,
+            silenced_until=entry.silenced_until, disabled=entry.disabled, message=message,
+        )
+        self.state.overrides.append(record)
+        return record

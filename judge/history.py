@@ -113,14 +113,19 @@ def canonical_arguments(arguments: Any) -> tuple[str, Any]:
         try:
             parsed = json.loads(arguments)
         except ValueError:
-            return " ".join(arguments.split()), None
+            return _clean_text(" ".join(arguments.split())), None
     else:
         parsed = arguments
     try:
         text = json.dumps(parsed, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
     except (TypeError, ValueError):
-        return " ".join(str(arguments).split()), None
-    return _clean_text(text), parsed
+        return _clean_text(" ".join(str(arguments).split())), None
+    clean = _clean_text(text)
+    if clean is not text:
+        # JSON "\ud800" escapes parse to lone surrogates; detectors that read the parsed
+        # values (embeddings, similarity) must get the same cleaned text as the canonical.
+        parsed = json.loads(clean)
+    return clean, parsed
 
 
 def _tool_call(raw: Any, index: int, position: int) -> ToolCall:
@@ -140,7 +145,7 @@ def _tool_call(raw: Any, index: int, position: int) -> ToolCall:
     raw_text = arguments if isinstance(arguments, str) else canonical
     call_id = call.get("id")
     return ToolCall(
-        id=str(call_id) if call_id is not None else None,
+        id=_clean_text(str(call_id)) if call_id is not None else None,
         name=_clean_text(name),
         arguments=_clean_text(raw_text),
         canonical=canonical,
@@ -154,7 +159,7 @@ def normalize_message(raw: Any, index: int) -> Message:
     role = data.get("role")
     if role is None:
         raise HistoryError("'role' missing", index=index, field="role")
-    if role not in ROLES:
+    if not isinstance(role, str) or role not in ROLES:  # a list role is unhashable
         raise HistoryError(
             f"unknown role {role!r} (expected one of {', '.join(sorted(ROLES))})",
             index=index,
@@ -188,9 +193,10 @@ def normalize_message(raw: Any, index: int) -> Message:
         index=index,
         role=role,
         content=content,
-        name=str(name) if name is not None else None,
+        # ids and names are echoed into the judge prompt: no lone surrogates there either
+        name=_clean_text(str(name)) if name is not None else None,
         tool_calls=tool_calls,
-        tool_call_id=tool_call_id if role == "tool" else None,
+        tool_call_id=_clean_text(tool_call_id) if role == "tool" else None,
     )
 
 

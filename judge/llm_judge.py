@@ -87,7 +87,14 @@ class TwoStageJudge:
         )
         return call, assessment
 
-    async def check(self, prompt: list[dict[str, str]]) -> JudgeOutcome:
+    async def check(
+        self, prompt: list[dict[str, str]], *, skip_confirm: str | None = None
+    ) -> JudgeOutcome:
+        """Ask the fast model, then the confirm model when the fast one is sure.
+
+        ``skip_confirm`` (a reason, e.g. a spent call budget) trusts a sure fast model
+        without asking the confirm one, and says why on the outcome.
+        """
         outcome = JudgeOutcome()
         fast_call, fast = await self._ask(self.fast_model, JudgeStage.FAST, prompt)
         outcome.calls.append(fast_call)
@@ -98,6 +105,13 @@ class TwoStageJudge:
         if fast.confidence < self.threshold:
             return outcome
         if self.confirm_model is None:
+            outcome.looping = True
+            return outcome
+        if skip_confirm is not None:
+            outcome.errors.append(
+                f"{skip_confirm}; confirm judge {self.confirm_model} not asked, "
+                "trusting the fast model"
+            )
             outcome.looping = True
             return outcome
         confirm_call, confirm = await self._ask(self.confirm_model, JudgeStage.CONFIRM, prompt)

@@ -1,33 +1,74 @@
 """Texts that help the agent and its user out of a loop, written from the evidence.
 
+Three levels per loop verdict: a one-line ``summary`` (status bar), an ``explanation`` of
+two or three sentences (a person), and a ``recovery_message`` (the model: a fenced block
+with the pattern, the evidence, explicit constraints, what was tried and alternatives).
+The recovery template grows stronger with the escalation rung (`RecoveryLevel`).
+
 The wording lives in ``prompts/`` (recovery_*.md, recovery_advice.json) so users can
-restyle it without touching code.
+restyle it without touching code; this module only fills in the fields and keeps the
+message within its character budget.
 """
 
 from __future__ import annotations
 
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from functools import cache
 from typing import Any
 
 from judge._prompts import read_json, read_text
+from judge.config import DEFAULT_RECOVERY_MAX_CHARS
 from judge.detectors.base import Finding
-from judge.verdict import JudgeCall
+from judge.escalation import RecoveryLevel, Step
+from judge.verdict import Action, JudgeCall
 
 LLM_RECOVERY_FILE = "recovery_llm.md"
 HEURISTIC_RECOVERY_FILE = "recovery_heuristic.md"
+EXPLANATION_FILE = "recovery_explanation.md"
 ADVICE_FILE = "recovery_advice.json"
+# The template per level once a loop has been warned about; the first warning uses the
+# source's own template (heuristic or LLM).
+LEVEL_FILES: dict[RecoveryLevel, str] = {
+    RecoveryLevel.FORBID: "recovery_forbid.md",
+    RecoveryLevel.ASK_USER: "recovery_ask_user.md",
+    RecoveryLevel.STOP: "recovery_stop.md",
+}
+# The advice entry for loops the LLM judge finds (it names no LoopKind).
+LLM_ADVICE = "llm"
 # One status line: long enough for "tool(args) called 5x, same result", short enough for
 # a terminal status bar.
 SUMMARY_MAX_CHARS = 120
-# The recovery message is injected into the agent's context on every loop verdict; keep
-# it to a paragraph so it steers without crowding out the task.
-RECOVERY_MAX_CHARS = 1500
+# The default budget of a recovery message (TrackerConfig.recovery_max_chars sets it).
+RECOVERY_MAX_CHARS = DEFAULT_RECOVERY_MAX_CHARS
 # Evidence indices cited in the message; the verdict carries all of them.
 EVIDENCE_SHOWN = 8
+# Per-field character caps tried in turn until the message fits its budget: the first fits
+# a full canonical call, the last still names the tool.
+FIELD_CAPS = (240, 160, 100, 60, 30)
+# Lines of "tried" and "alternatives" kept at each cap (same order as FIELD_CAPS).
+LIST_ITEMS = (5, 4, 3, 2, 1)
+# Fields in the person-facing explanation are clipped to this: two or three sentences.
+EXPLANATION_FIELD_CHARS = 160
+# A fence inside a field would close ours early; this replaces it.
+_FENCE = "```"
+_FENCE_SAFE = "'''"
+_SECTION = re.compile(r"^## (\S+)\s*$", re.MULTILINE)
+
+
+@dataclass(frozen=True, slots=True)
+class Recovery:
+    """The three texts of one loop verdict."""
+
+    summary: str
+    explanation: str
+    message: str
 
 
 def _shorten(text: str, limit: int) -> str:
-    text = " ".join(text.split())
-    return text if len(text) <= limit else text[: limit - 1] + "…"
+    text = " ".join(str(text).split())
+    return text if len(text) <= limit else text[: max(limit - 1, 0)] + "…"
 
 
 class _Blank(dict[str, Any]):
@@ -37,34 +78,175 @@ class _Blank(dict[str, Any]):
         return "-"
 
 
-def from_judge(call: JudgeCall) -> tuple[str, str]:
-    """(summary, recovery message) for a loop the LLM judge found."""
+@cache
+def _sections(name: str) -> dict[str, str]:
+    """``## name`` sections of a markdown template file, text before the first ignored."""
+    text = read_text(name)
+    parts = _SECTION.split(text)
+    return {parts[i]: parts[i + 1].strip() for i in range(1, len(parts) - 1, 2)}
+
+
+def _first_step() -> Step:
+    return Step(action=Action.WARN, level=RecoveryLevel.WARN, rung=1, pattern_count=1,
+                overall_count=1)
+
+
+def _evidence(indices: Sequence[int]) -> str:
+    shown = ", ".join(str(i) for i in indices[-EVIDENCE_SHOWN:])
+    if len(indices) > EVIDENCE_SHOWN:
+        shown = "…, " + shown
+    return shown or "-"
+
+
+def _bullets(items: Sequence[str], cap: int, count: int) -> str:
+    lines = [f"- {_shorten(item, cap)}" for item in items[:count] if item]
+    return "\n".join(lines) or "- (nothing recorded)"
+
+
+def _fit(render: Callable[[int, int], str], budget: int) -> str:
+    """Render with shrinking field caps until the text fits ``budget``; as a last resort
+    cut the body and close the fence again, so the block always stays well-formed."""
+    text = ""
+    for cap, items in zip(FIELD_CAPS, LIST_ITEMS, strict=True):
+        text = render(cap, items)
+        if len(text) <= budget:
+            return text
+    closing = "\n" + _FENCE if text.rstrip().endswith(_FENCE) else ""
+    cut = budget - len(closing) - 1
+    return text[:cut].rstrip() + "…" + closing
+
+
+def _fence_safe(value: Any) -> str:
+    return str(value).replace(_FENCE, _FENCE_SAFE)
+
+
+def _advice(key: str) -> dict[str, Any]:
+    advice = read_json(ADVICE_FILE).get(key, {})
+    return advice if isinstance(advice, dict) else {}
+
+
+def _level_template(level: RecoveryLevel, first: str) -> str:
+    return read_text(LEVEL_FILES[level]) if level in LEVEL_FILES else read_text(first)
+
+
+def _people(
+    source: str, step: Step, fields: dict[str, Any], what: str
+) -> tuple[str, str]:
+    """(summary, explanation) from the ``summary.*`` and ``explain.*`` sections."""
+    sections = _sections(EXPLANATION_FILE)
+    level = step.level.value
+    approaches = "; ".join(_shorten(t, 60) for t in step.tried[:3]) or "-"
+    common = _Blank({
+        **{k: _shorten(v, EXPLANATION_FIELD_CHARS) if isinstance(v, str) else v
+           for k, v in fields.items()},
+        "approaches": approaches,
+        "count": len(step.tried),
+        "warnings": max(step.pattern_count - 1, 0),
+    })
+    head = sections.get(f"explain.{source}", "{what}").format_map(
+        _Blank(common, what=_shorten(what, EXPLANATION_FIELD_CHARS)))
+    tail = sections.get(f"explain.{level}", "").format_map(common)
+    explanation = f"{head} {tail}".strip()
+    template = sections.get(f"summary.{level}", "{what}")
+    overhead = len(template.format_map(_Blank(common, what="")))
+    summary = template.format_map(
+        _Blank(common, what=_shorten(what, max(SUMMARY_MAX_CHARS - overhead, 20))))
+    return _shorten(summary, SUMMARY_MAX_CHARS), explanation
+
+
+def for_finding(
+    finding: Finding, step: Step | None = None, *, budget: int = RECOVERY_MAX_CHARS
+) -> Recovery:
+    """The three texts for a loop a heuristic detector found, at the ladder's ``step``."""
+    step = step or _first_step()
+    advice = _advice(finding.kind.value)
+    raw = dict(finding.details)
+    if isinstance(raw.get("calls"), list | tuple):
+        raw["calls"] = " -> ".join(map(str, raw["calls"]))
+    name = str(advice.get("name", finding.kind.value.replace("_", " ") + " loop"))
+
+    def render(cap: int, items: int) -> str:
+        details = _Blank({k: _fence_safe(_shorten(v, cap)) for k, v in raw.items()})
+        constraint = str(advice.get("constraint", "do not repeat the same steps.")).format_map(
+            details)
+        forbid = str(advice.get("forbid", constraint)).format_map(details)
+        tried = str(advice.get("tried", finding.summary)).format_map(details)
+        alternatives = [str(a).format_map(details) for a in advice.get("alternatives", [])]
+        fields = _Blank(
+            name=name, what=_fence_safe(_shorten(finding.summary, cap)),
+            evidence=_evidence(finding.evidence), constraint=constraint, forbid=forbid,
+            tried=_bullets([tried], cap, items), alternatives=_bullets(alternatives, cap, items),
+            approaches=_bullets([tried] + [_fence_safe(t) for t in step.tried[1:]], cap, items),
+            detection=step.pattern_count, overall=step.overall_count,
+            summary=_fence_safe(_shorten(finding.summary, cap)),
+        )
+        return _level_template(step.level, HEURISTIC_RECOVERY_FILE).format_map(fields).strip()
+
+    message = _fit(render, budget)
+    summary, explanation = _people(
+        "heuristic", step,
+        {"name": name, "evidence": _evidence(finding.evidence), "detection": step.pattern_count,
+         "overall": step.overall_count},
+        finding.summary,
+    )
+    return Recovery(summary, explanation, message)
+
+
+def for_judge(
+    call: JudgeCall,
+    step: Step | None = None,
+    *,
+    evidence: Sequence[int] = (),
+    recent_calls: Sequence[str] = (),
+    budget: int = RECOVERY_MAX_CHARS,
+) -> Recovery:
+    """The three texts for a loop the LLM judge found.
+
+    ``recent_calls`` are the calls in the judge's window, most repeated first ("name(args)
+    x3"): the judge names no call, so the constraint cites what the agent actually did.
+    """
+    step = step or _first_step()
+    advice = _advice(LLM_ADVICE)
     analysis = call.analysis or "no analysis given"
     confidence = call.confidence if call.confidence is not None else 0.0
-    summary = _shorten(f"LLM judge ({call.model}, {confidence:.2f}): {analysis}",
-                       SUMMARY_MAX_CHARS)
-    message = read_text(LLM_RECOVERY_FILE).format(
-        confidence=confidence, analysis=_shorten(analysis, RECOVERY_MAX_CHARS // 2)
+    name = str(advice.get("name", "no-progress loop"))
+    calls = list(recent_calls) or ["(no tool calls in the reviewed messages)"]
+
+    def render(cap: int, items: int) -> str:
+        fields = _Blank(
+            name=name, what=_fence_safe(_shorten(analysis, cap * 2)),
+            analysis=_fence_safe(_shorten(analysis, cap * 2)), confidence=confidence,
+            evidence=_evidence(evidence),
+            constraint=str(advice.get("constraint", "do not repeat the same steps.")),
+            forbid=str(advice.get("forbid", "do not repeat the same steps.")),
+            tried=_bullets([_fence_safe(c) for c in calls], cap, items),
+            alternatives=_bullets([str(a) for a in advice.get("alternatives", [])], cap, items),
+            approaches=_bullets([_fence_safe(t) for t in step.tried] or calls, cap, items),
+            detection=step.pattern_count, overall=step.overall_count, model=call.model,
+        )
+        return _level_template(step.level, LLM_RECOVERY_FILE).format_map(fields).strip()
+
+    message = _fit(render, budget)
+    summary, explanation = _people(
+        "llm", step,
+        {"name": name, "evidence": _evidence(evidence), "detection": step.pattern_count,
+         "overall": step.overall_count, "model": call.model, "confidence": confidence,
+         "analysis": analysis},
+        f"LLM judge ({call.model}, {confidence:.2f}): {analysis}",
     )
-    return summary, message[:RECOVERY_MAX_CHARS]
+    return Recovery(summary, explanation, message)
+
+
+# -- the earlier two-level API, kept for callers that only want (summary, message) -------------
+
+
+def from_judge(call: JudgeCall) -> tuple[str, str]:
+    """(summary, recovery message) for a first loop the LLM judge found."""
+    found = for_judge(call)
+    return found.summary, found.message
 
 
 def from_finding(finding: Finding) -> tuple[str, str]:
-    """(summary, recovery message) for a loop a heuristic detector found."""
-    details = _Blank({k: _shorten(str(v), 160) for k, v in finding.details.items()})
-    if "calls" in finding.details:
-        details["calls"] = " -> ".join(finding.details["calls"])
-    advice = read_json(ADVICE_FILE).get(finding.kind.value, {})
-    constraint = str(advice.get("constraint", "do not repeat the same steps.")).format_map(
-        details)
-    alternatives = "\n".join(
-        f"- {str(a).format_map(details)}" for a in advice.get("alternatives", [])[:3]
-    )
-    tried = details.get("arguments") or details.get("calls") or details.get("text") or "-"
-    evidence = ", ".join(str(i) for i in finding.evidence[-EVIDENCE_SHOWN:])
-    summary = _shorten(finding.summary, SUMMARY_MAX_CHARS)
-    message = read_text(HEURISTIC_RECOVERY_FILE).format(
-        summary=finding.summary, evidence=evidence, constraint=constraint,
-        tried=tried, alternatives=alternatives,
-    )
-    return summary, message[:RECOVERY_MAX_CHARS]
+    """(summary, recovery message) for a first loop a heuristic detector found."""
+    found = for_finding(finding)
+    return found.summary, found.message

@@ -15,20 +15,24 @@ from typing import Any
 import anyio
 
 from judge._llm import LiteLLMClient, LLMClient, Sleep
+from judge.breaker import CircuitBreaker, Clock, skip_message
+from judge.budget import JudgeBudget
 from judge.config import TrackerConfig
 from judge.detectors.base import Detector, Finding
 from judge.detectors.exact_repeat import ExactRepeatDetector
 from judge.detectors.stream import StreamMonitor
 from judge.detectors.suite import DetectorSuite
 from judge.errors import HistoryError
-from judge.escalation import action_for
+from judge.escalation import LadderState, OverrideRecord
 from judge.history import HistoryCursor, Message, canonical_arguments
 from judge.llm_judge import JudgeOutcome, TwoStageJudge
-from judge.recovery import from_finding, from_judge
 from judge.redaction import Redactor
+from judge.response import LoopCallback, Responder
 from judge.schedule import Schedule
-from judge.transcript import build_prompt, judge_window
-from judge.verdict import Action, Verdict
+from judge.stats import TrackerStats
+from judge.telemetry import Telemetry
+from judge.transcript import fit_prompt, judge_window
+from judge.verdict import Verdict
 
 logger = logging.getLogger("judge.tracker")
 
@@ -53,8 +57,13 @@ class LoopTracker:
         client: LLMClient | None = None,
         detectors: Sequence[Detector] | None = None,
         sleep: Sleep | None = None,
+        clock: Clock | None = None,
+        on_loop: LoopCallback | None = None,
+        agent_model: str | None = None,
+        telemetry: Telemetry | None = None,
     ) -> None:
-        self.config = config if config is not None else TrackerConfig()
+        # agent_model picks the matching config.model_overrides blocks (ConfigError if bad).
+        self.config = (config if config is not None else TrackerConfig()).for_model(agent_model)
         cfg = self.config
         self._judge: TwoStageJudge | None = None
         if cfg.fast_model:
@@ -88,8 +97,19 @@ class LoopTracker:
         self._recent: deque[Message] = deque(maxlen=cfg.history_messages + RECENT_SLACK)
         self._task: Message | None = None
         self._user_seen: set[int] = set()
-        self._detections = 0
-        self._lock = anyio.Lock()
+        # Ladder, texts, overrides, memory, on_loop, stats, telemetry (judge/response.py).
+        self._responder = Responder(cfg, on_loop=on_loop, telemetry=telemetry)
+        # fast_acquire: no event-loop round trip when uncontended (the usual case), which
+        # otherwise costs more than the whole turn.
+        self._lock = anyio.Lock(fast_acquire=True)
+        # Judge health and spending outlive reset(): they belong to the endpoint and the
+        # tracker's owner, not to one conversation.
+        self._breaker = CircuitBreaker(
+            failures=cfg.breaker_failures,
+            cooldown_s=cfg.breaker_cooldown_s,
+            clock=clock,
+        )
+        self._budget = JudgeBudget(max_calls=cfg.max_judge_calls, max_tokens=cfg.max_judge_tokens)
 
     # -- public state -----------------------------------------------------------------
 
@@ -107,9 +127,48 @@ class LoopTracker:
         return self._schedule.last_check_turn
 
     @property
+    def judge_calls_used(self) -> int:
+        """Judge model calls made so far (fast and confirm), counted against max_judge_calls."""
+        return self._budget.calls_used
+
+    @property
+    def judge_tokens_used(self) -> int:
+        """Judge tokens spent so far (reported usage, else estimated), against max_judge_tokens."""
+        return self._budget.tokens_used
+
+    @property
     def detections(self) -> int:
         """Loop verdicts given so far; drives the escalation ladder."""
-        return self._detections
+        return self._responder.ladder.state.detections
+
+    @property
+    def stats(self) -> TrackerStats:
+        """Totals of this tracker's life (a copy): turns, checks, detections, actions,
+        recoveries, overrides, judge calls, tokens, cost and latency."""
+        return self._responder.stats.model_copy(deep=True)
+
+    @property
+    def overrides(self) -> list[OverrideRecord]:
+        """Every `override` made in this session, oldest first."""
+        return list(self._responder.ladder.state.overrides)
+
+    @property
+    def ladder_state(self) -> LadderState:
+        """The escalation ladder's state (a copy), JSON-serializable."""
+        return self._responder.ladder.state.model_copy(deep=True)
+
+    def load_ladder_state(self, state: LadderState) -> None:
+        """Restore a state from `ladder_state` (e.g. after a restart)."""
+        self._responder.load_state(state)
+
+    def override(self, pattern_or_verdict: str | Verdict, reason: str) -> OverrideRecord:
+        """A person says "keep going" about a loop (a verdict, or its ``pattern``).
+
+        The 1st override silences that pattern for ``override_silence_turns`` turns, the
+        2nd for twice as long, the 3rd disables its detection for the session (the record's
+        message says so). A silenced pattern still shows in ``suspicion`` but never flags.
+        """
+        return self._responder.override(pattern_or_verdict, reason)
 
     def reset(self) -> None:
         """Forget the conversation: turn count, schedule, detector state, escalation."""
@@ -118,7 +177,7 @@ class LoopTracker:
         self._recent.clear()
         self._task = None
         self._user_seen.clear()
-        self._detections = 0
+        self._responder.reset()
         self._suite.reset()
         self._stream.reset()
 
@@ -128,19 +187,28 @@ class LoopTracker:
         """Count one turn and say whether the agent is looping.
 
         Raises `HistoryError` for a malformed history (a bug in the caller); never raises
-        for a judge failure, which is reported on the verdict instead.
+        for a judge failure or an ``on_loop`` callback's, which are reported on the verdict.
         """
+        verdict = await self._turn(history)
+        # Outside the lock: the on_loop callback may take its time, or call override().
+        return await self._responder.settle(verdict)
+
+    async def _turn(self, history: Any) -> Verdict:
         async with self._lock:
             self._ingest(history)
             self._schedule.tick()
+            self._responder.begin_turn()
             self._stream.reset()
-            found = self._suite.assess()
+            found = self._responder.adjust(self._suite.assess())
             if found.loop is not None:
                 return self._heuristic_verdict(found.loop)
             suspicion = found.suspicion
             early = self.config.early_checks and suspicion >= SUSPICION_SCORE
             if self._judge is None or not self._schedule.due(early=early):
                 return Verdict(turn=self.turn, suspicion=suspicion)
+            skipped = self._check_skipped()
+            if skipped is not None:
+                return Verdict(turn=self.turn, suspicion=suspicion, errors=[skipped])
             outcome = await self._run_check()
             return self._judge_verdict(outcome, suspicion)
 
@@ -168,73 +236,62 @@ class LoopTracker:
         if self.config.count_scope == "prompt":
             self._schedule.reset()
 
+    def _check_skipped(self) -> str | None:
+        """Why a due check must not run (budget spent, circuit open), or None.
+
+        The schedule is left alone, so the check stays due and runs on the first turn the
+        reason is gone (the half-open trial after a cool-down).
+        """
+        spent = self._budget.spent()
+        if spent is not None:
+            return spent
+        left = self._breaker.seconds_left()
+        if left is not None:
+            return skip_message(left, self._breaker.consecutive_failures)
+        return None
+
     async def _run_check(self) -> JudgeOutcome:
         assert self._judge is not None
         cfg = self.config
-        window = judge_window(self._recent, cfg.history_messages)
-        prompt = build_prompt(
-            window,
+        window, prompt = fit_prompt(
+            judge_window(self._recent, cfg.history_messages),
             self._task,
             message_chars=cfg.max_message_chars,
             task_chars=cfg.max_task_chars,
+            max_chars=cfg.max_prompt_chars,
             scrub=self._redactor.redact if self._redactor is not None else lambda t: t,
         )
+        calls_left = self._budget.calls_left()
+        skip_confirm = (
+            f"judge budget spent: {self._budget.calls_used + 1} of {cfg.max_judge_calls} calls "
+            "used by the fast judge"
+            if calls_left is not None and calls_left < 2
+            else None
+        )
         try:
-            outcome = await self._judge.check(prompt)
+            outcome = await self._judge.check(prompt, skip_confirm=skip_confirm)
         except BaseException:
             # Cancelled (or a bug): the turn still counts and the check is retried soon.
             self._schedule.failed()
             raise
+        self._budget.record(outcome.calls, sum(len(m["content"]) for m in prompt))
         if outcome.deciding is None:
             self._schedule.failed()
+            self._breaker.record_failure()
         else:
             self._schedule.checked(outcome.deciding.confidence or 0.0)
+            self._breaker.record_success()
         outcome.evidence = [m.index for m in window if m.role == "assistant"]
         return outcome
 
     # -- verdicts -----------------------------------------------------------------------
 
-    def _next_action(self) -> Action:
-        self._detections += 1
-        return action_for(self._detections, self.config.response_mode, self.config.ladder)
-
     def _heuristic_verdict(self, finding: Finding) -> Verdict:
-        summary, recovery = from_finding(finding)
-        return Verdict(
-            looping=True,
-            source=f"heuristic:{finding.detector}",
-            kind=finding.kind,
-            confidence=finding.score,
-            analysis=finding.summary,
-            evidence=list(finding.evidence),
-            action=self._next_action(),
-            summary=summary,
-            recovery_message=recovery,
-            turn=self.turn,
-            suspicion=finding.score,
-        )
+        return self._responder.heuristic_verdict(finding, turn=self.turn)
 
     def _judge_verdict(self, outcome: JudgeOutcome, suspicion: float) -> Verdict:
-        deciding = outcome.deciding
-        common: dict[str, Any] = {
-            "source": "llm",
-            "judge_calls": outcome.calls,
-            "errors": outcome.errors,
-            "turn": self.turn,
-            "suspicion": suspicion,
-            "confidence": deciding.confidence if deciding else None,
-            "analysis": deciding.analysis if deciding else None,
-        }
-        if not outcome.looping or deciding is None:
-            return Verdict(**common)
-        summary, recovery = from_judge(deciding)
-        return Verdict(
-            looping=True,
-            evidence=outcome.evidence,
-            action=self._next_action(),
-            summary=summary,
-            recovery_message=recovery,
-            **common,
+        return self._responder.judge_verdict(
+            outcome, suspicion=suspicion, turn=self.turn, recent=self._recent
         )
 
     # -- before a call, and while streaming -------------------------------------------
@@ -258,21 +315,7 @@ class LoopTracker:
         if count + 1 <= limit:
             return Verdict(turn=self.turn, suspicion=0.5 if count + 1 == limit else 0.0)
         finding = detector.preflight_finding(count + 1)
-        summary, recovery = from_finding(finding)
-        return Verdict(
-            looping=True,
-            source="heuristic:exact_repeat",
-            kind=finding.kind,
-            confidence=finding.score,
-            analysis=finding.summary,
-            evidence=list(finding.evidence),
-            action=action_for(self._detections + 1, self.config.response_mode,
-                              self.config.ladder),
-            summary=summary,
-            recovery_message=recovery,
-            turn=self.turn,
-            suspicion=finding.score,
-        )
+        return self._responder.preview_verdict(finding, turn=self.turn)
 
     def content_chunk(self, text: str) -> Verdict | None:
         """Feed streamed assistant text; a verdict when the response repeats itself.
@@ -283,17 +326,4 @@ class LoopTracker:
         finding = self._stream.feed(text)
         if finding is None:
             return None
-        summary, recovery = from_finding(finding)
-        return Verdict(
-            looping=True,
-            source=f"heuristic:{finding.detector}",
-            kind=finding.kind,
-            confidence=finding.score,
-            analysis=finding.summary,
-            action=action_for(self._detections + 1, self.config.response_mode,
-                              self.config.ladder),
-            summary=summary,
-            recovery_message=recovery,
-            turn=self.turn,
-            suspicion=finding.score,
-        )
+        return self._responder.preview_verdict(finding, turn=self.turn, evidence=False)

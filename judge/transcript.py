@@ -94,24 +94,60 @@ def render_message(msg: Message, limit: int, scrub: Scrub = _keep) -> str:
     return _escape(json.dumps(record, ensure_ascii=False))
 
 
+def fit_prompt(
+    window: Sequence[Message],
+    task: Message | None,
+    *,
+    message_chars: int,
+    task_chars: int,
+    max_chars: int | None = None,
+    scrub: Scrub = _keep,
+) -> tuple[list[Message], list[dict[str, str]]]:
+    """The judge's chat messages and the window they actually show.
+
+    ``scrub`` redacts secrets from every text that leaves the process, before clipping so
+    a clip marker cannot split a secret. With ``max_chars``, the oldest window messages are
+    dropped (then any tool results left without their call) until the whole prompt fits;
+    the task is never dropped, so a prompt whose fixed part alone is too long is sent with
+    an empty transcript rather than without its task.
+    """
+    task_text = _safe_clip(task.content, task_chars, scrub) if task else "(not available)"
+    system = read_text(SYSTEM_PROMPT_FILE)
+    template = read_text(USER_PROMPT_FILE)
+    task_json = _escape(json.dumps(task_text, ensure_ascii=False))
+    msgs = list(window)
+    lines = [render_message(m, message_chars, scrub) for m in msgs]
+    if max_chars is not None:
+        fixed = len(system) + len(template.format(task=task_json, count=len(msgs), transcript=""))
+        # one newline between lines; the count's digits can only shrink as messages go
+        size = fixed + sum(len(line) for line in lines) + max(len(lines) - 1, 0)
+        start = 0
+        while start < len(lines) and size > max_chars:
+            size -= len(lines[start]) + 1
+            start += 1
+            while start < len(lines) and msgs[start].role in ("tool", "function"):
+                size -= len(lines[start]) + 1
+                start += 1
+        msgs, lines = msgs[start:], lines[start:]
+    user = template.format(task=task_json, count=len(msgs), transcript="\n".join(lines))
+    return msgs, [{"role": "system", "content": system}, {"role": "user", "content": user}]
+
+
 def build_prompt(
     window: Sequence[Message],
     task: Message | None,
     *,
     message_chars: int,
     task_chars: int,
+    max_chars: int | None = None,
     scrub: Scrub = _keep,
 ) -> list[dict[str, str]]:
-    """The chat messages sent to a judge model; ``scrub`` redacts secrets from every text
-    that leaves the process, before clipping so a clip marker cannot split a secret."""
-    task_text = _safe_clip(task.content, task_chars, scrub) if task else "(not available)"
-    transcript = "\n".join(render_message(m, message_chars, scrub) for m in window)
-    user = read_text(USER_PROMPT_FILE).format(
-        task=_escape(json.dumps(task_text, ensure_ascii=False)),
-        count=len(window),
-        transcript=transcript,
-    )
-    return [
-        {"role": "system", "content": read_text(SYSTEM_PROMPT_FILE)},
-        {"role": "user", "content": user},
-    ]
+    """The chat messages sent to a judge model (see `fit_prompt`)."""
+    return fit_prompt(
+        window,
+        task,
+        message_chars=message_chars,
+        task_chars=task_chars,
+        max_chars=max_chars,
+        scrub=scrub,
+    )[1]

@@ -75,8 +75,18 @@ class Verdict(BaseModel):
     analysis: str | None = None
     evidence: list[int] = Field(default_factory=list, description="indices into the history")
     action: Action = Action.CONTINUE
-    summary: str | None = None
-    recovery_message: str | None = None
+    summary: str | None = Field(default=None, description="one line for a status bar")
+    explanation: str | None = Field(
+        default=None, description="two or three sentences for a person: what, where, what next"
+    )
+    recovery_message: str | None = Field(
+        default=None, description="a fenced block to inject for the model; within a budget"
+    )
+    pattern: str | None = Field(
+        default=None,
+        description='identifies the loop (a detector\'s pattern, or "llm"); what '
+        "tracker.override() takes",
+    )
     judge_calls: list[JudgeCall] = Field(default_factory=list)
     errors: list[str] = Field(default_factory=list)
     turn: int = 0

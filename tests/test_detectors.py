@@ -385,7 +385,8 @@ def test_presets_and_overrides() -> None:
 @pytest.mark.parametrize(
     ("mode", "actions"),
     [
-        (ResponseMode.GRADUATED, [Action.WARN, Action.WARN, Action.STOP, Action.STOP]),
+        # issue 6's ladder: warn, warn (stronger text), ask the user, stop
+        (ResponseMode.GRADUATED, [Action.WARN, Action.WARN, Action.ASK_USER, Action.STOP]),
         (ResponseMode.WARN, [Action.WARN] * 4),
         (ResponseMode.BLOCK, [Action.STOP] * 4),
         (ResponseMode.CHANCE_THEN_BLOCK, [Action.WARN, Action.STOP, Action.STOP, Action.STOP]),

@@ -1,0 +1,102 @@
+"""A circuit breaker for the judge: stop paying for an endpoint that keeps failing.
+
+During an outage every check costs up to ``timeout_s`` per attempt plus backoff. After
+``failures`` failed checks in a row the breaker opens and checks are skipped for
+``cooldown_s``; then one trial check is let through (half-open). Its success closes the
+breaker, its failure opens it for another cool-down. Pure state with an injected clock, so
+tests step through hours of outage in microseconds.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from datetime import datetime, timedelta, timezone
+from enum import Enum
+
+# Three failed checks in a row: one failure is a blip that the next scheduled check
+# (min_interval turns later) rides out, two may still be a short 5xx burst; a third means
+# the endpoint is down or misconfigured, as in tenacity's and most client breakers' defaults.
+DEFAULT_BREAKER_FAILURES = 3
+# Five minutes: longer than a typical provider 5xx/429 episode (seconds to a few minutes),
+# short enough that a recovered judge is back within one or two agent tasks.
+DEFAULT_BREAKER_COOLDOWN_S = 300.0
+
+Clock = Callable[[], float]
+
+
+class BreakerState(str, Enum):
+    CLOSED = "closed"
+    OPEN = "open"
+    HALF_OPEN = "half_open"
+
+
+class CircuitBreaker:
+    """Counts failed checks in a row and says when checks should be skipped.
+
+    ``clock`` is monotonic seconds (``time.monotonic`` by default), never wall time, so a
+    system clock change cannot open or close the breaker.
+    """
+
+    __slots__ = ("_clock", "_failures", "_opened_at", "_state", "cooldown_s", "threshold")
+
+    def __init__(
+        self,
+        *,
+        failures: int = DEFAULT_BREAKER_FAILURES,
+        cooldown_s: float = DEFAULT_BREAKER_COOLDOWN_S,
+        clock: Clock | None = None,
+    ) -> None:
+        if failures < 1:
+            raise ValueError(f"failures must be at least 1, got {failures}")
+        self.threshold = failures
+        self.cooldown_s = cooldown_s
+        self._clock = clock if clock is not None else time.monotonic
+        self._failures = 0
+        self._opened_at = 0.0
+        self._state = BreakerState.CLOSED
+
+    @property
+    def state(self) -> BreakerState:
+        return self._state
+
+    @property
+    def consecutive_failures(self) -> int:
+        return self._failures
+
+    def seconds_left(self) -> float | None:
+        """Seconds of cool-down left, or None when a check may run now.
+
+        Moves an open breaker whose cool-down is over to half-open: the caller's next check
+        is the trial.
+        """
+        if self._state is not BreakerState.OPEN:
+            return None
+        left = self._opened_at + self.cooldown_s - self._clock()
+        if left > 0:
+            return left
+        self._state = BreakerState.HALF_OPEN
+        return None
+
+    def record_success(self) -> None:
+        self._failures = 0
+        self._state = BreakerState.CLOSED
+
+    def record_failure(self) -> None:
+        self._failures += 1
+        if self._state is BreakerState.HALF_OPEN or self._failures >= self.threshold:
+            self._state = BreakerState.OPEN
+            self._opened_at = self._clock()
+
+    def reset(self) -> None:
+        self.record_success()
+
+
+def skip_message(seconds_left: float, failures: int, *, now: datetime | None = None) -> str:
+    """The verdict's line for a skipped check; the time is wall-clock UTC for humans."""
+    now = now if now is not None else datetime.now(timezone.utc)
+    until = now + timedelta(seconds=seconds_left)
+    return (
+        f"judge skipped: circuit open until {until:%Y-%m-%dT%H:%M:%SZ} "
+        f"({failures} failed checks in a row; {seconds_left:.0f} s left)"
+    )

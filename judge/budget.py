@@ -1,0 +1,61 @@
+"""Per-tracker spending limits on the judge: model calls and tokens.
+
+An agent that runs for days must not run up an unbounded bill because a judge is due every
+few turns. Once a limit is reached the tracker runs the heuristics only and says so on the
+verdict. Pure bookkeeping, no I/O.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from judge.verdict import JudgeCall
+
+# Characters per token when a provider reports no usage: the usual rule of thumb for
+# English and code with BPE tokenizers (the eval suite's oracle uses the same estimate).
+CHARS_PER_TOKEN = 4
+
+
+def call_tokens(call: JudgeCall, prompt_chars: int) -> int:
+    """Tokens one call cost: the provider's usage, else an estimate of the prompt.
+
+    A call that reports no usage (a timeout, a refused connection, a local server) is
+    charged the prompt's estimated size, so a provider without usage reports cannot spend
+    without limit; a budget errs on the side of stopping early.
+    """
+    if call.prompt_tokens is None and call.completion_tokens is None:
+        return -(-prompt_chars // CHARS_PER_TOKEN)
+    return (call.prompt_tokens or 0) + (call.completion_tokens or 0)
+
+
+@dataclass(slots=True)
+class JudgeBudget:
+    """Calls and tokens spent so far against optional limits (None = unlimited)."""
+
+    max_calls: int | None = None
+    max_tokens: int | None = None
+    calls_used: int = 0
+    tokens_used: int = 0
+
+    def spent(self) -> str | None:
+        """Why no further check may start, or None while there is budget left."""
+        if self.max_calls is not None and self.calls_used >= self.max_calls:
+            return f"judge budget spent: {self.calls_used} of {self.max_calls} calls used"
+        if self.max_tokens is not None and self.tokens_used >= self.max_tokens:
+            return f"judge budget spent: {self.tokens_used} of {self.max_tokens} tokens used"
+        return None
+
+    def calls_left(self) -> int | None:
+        if self.max_calls is None:
+            return None
+        return max(self.max_calls - self.calls_used, 0)
+
+    def record(self, calls: Iterable[JudgeCall], prompt_chars: int) -> None:
+        for call in calls:
+            self.calls_used += 1
+            self.tokens_used += call_tokens(call, prompt_chars)
+
+    def reset(self) -> None:
+        self.calls_used = 0
+        self.tokens_used = 0

@@ -1,0 +1,317 @@
+"""What the tracker does once the detectors or the judge have spoken.
+
+`Responder` turns a finding or a judge outcome into a loop `Verdict` (ladder step, the
+three texts), applies a person's overrides and the known-loop memory to the detectors'
+assessment, runs the ``on_loop`` callback, and keeps the stats and telemetry. The tracker
+calls it at four points of a turn and otherwise knows nothing of it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import logging
+import sqlite3
+from collections import Counter
+from collections.abc import Awaitable, Callable, Iterable
+from typing import Any, TypeAlias
+
+from judge.config import TrackerConfig
+from judge.detectors.base import LOOP_SCORE, SUSPICION_CAP, Finding, short
+from judge.detectors.suite import SINGLE_SCORE, Assessment, combine
+from judge.escalation import LLM_PATTERN, Ladder, LadderPolicy, LadderState, OverrideRecord
+from judge.history import Message
+from judge.llm_judge import JudgeOutcome
+from judge.memory import LoopMemory
+from judge.recovery import for_finding, for_judge
+from judge.stats import TrackerStats
+from judge.telemetry import Telemetry
+from judge.verdict import Action, Verdict
+
+logger = logging.getLogger("judge.response")
+
+LoopCallback: TypeAlias = Callable[
+    [Verdict], "Action | str | Verdict | Awaitable[Action | str | Verdict | None] | None"
+]
+"""``on_loop``: sees each loop verdict; returns None (keep it), an `Action` (or its value),
+or a new `Verdict` (e.g. ``verdict.model_copy(update=...)``). Sync or async."""
+
+# Distinct calls the LLM judge's recovery message cites (most repeated first).
+RECENT_CALLS_SHOWN = 5
+# Characters of a call's arguments shown in that list.
+CALL_ARGS_CHARS = 80
+
+
+def recent_calls(messages: Iterable[Message], limit: int) -> list[str]:
+    """"name(args) xN" for the calls in the last ``limit`` messages, most repeated first."""
+    window = list(messages)[-limit:]
+    counts = Counter(c.signature for m in window if m.role == "assistant" for c in m.tool_calls)
+    names = {c.signature: (c.name, c.canonical) for m in window for c in m.tool_calls}
+    shown = []
+    for signature, n in counts.most_common(RECENT_CALLS_SHOWN):
+        name, args = names[signature]
+        shown.append(f"{name}({short(args, CALL_ARGS_CHARS)})" + (f" x{n}" if n > 1 else ""))
+    return shown
+
+
+def _one_short(finding: Finding) -> bool:
+    """Whether the finding is one repeat short of its detector's threshold.
+
+    exact_repeat says so exactly (``count`` reaches ``limit``, the calls allowed); other
+    detectors report their near-miss as a score that reaches the suspicion cap only there.
+    """
+    count, limit = finding.details.get("count"), finding.details.get("limit")
+    if isinstance(count, int) and isinstance(limit, int):
+        return count >= limit
+    return finding.score >= SUSPICION_CAP
+
+
+class Responder:
+    """Ladder, texts, overrides, memory, callback, stats and telemetry for one tracker."""
+
+    def __init__(
+        self,
+        config: TrackerConfig,
+        *,
+        on_loop: LoopCallback | None = None,
+        telemetry: Telemetry | None = None,
+        memory: LoopMemory | None = None,
+    ) -> None:
+        self.config = config
+        self.ladder = Ladder(LadderPolicy(
+            mode=config.response_mode,
+            ladder=config.ladder,
+            overall_every=config.ladder_overall_every,
+            recovery_turns=config.recovery_turns,
+            silence_turns=config.override_silence_turns,
+        ))
+        self.stats = TrackerStats()
+        self.telemetry = telemetry if telemetry is not None else Telemetry.default()
+        if memory is None and config.memory_path is not None:
+            memory = LoopMemory(config.memory_path)
+        self.memory = memory
+        self._on_loop = on_loop
+        self._shown_suspicion = 0.0
+
+    def reset(self) -> None:
+        """A new conversation: the ladder and overrides start afresh; stats go on."""
+        self.ladder.reset()
+        self._shown_suspicion = 0.0
+
+    # -- a turn -----------------------------------------------------------------------------
+
+    def begin_turn(self) -> None:
+        self.ladder.tick()
+        self.stats.turns += 1
+        self._shown_suspicion = 0.0
+
+    def adjust(self, found: Assessment) -> Assessment:
+        """The detectors' assessment after overrides and memory.
+
+        A silenced pattern neither flags nor brings the judge forward, but its score still
+        shows as the verdict's suspicion. A pattern the memory knows has its sub-threshold
+        score raised to the suspicion cap (an early judge check), or with
+        ``memory_lowers_threshold`` flags one repeat early.
+        """
+        self._shown_suspicion = found.suspicion
+        changed = False
+        active: list[Finding] = []
+        for finding in found.findings:
+            if self.ladder.silenced(finding.pattern):
+                changed = True
+                continue
+            boosted = self._boost(finding)
+            changed = changed or boosted is not finding
+            active.append(boosted)
+        if not changed:
+            return found
+        return combine(active, self.config.detector_weights)
+
+    def _boost(self, finding: Finding) -> Finding:
+        if self.memory is None or finding.score >= SINGLE_SCORE:
+            return finding
+        if not self.memory.knows(finding.pattern):
+            return finding
+        if self.config.memory_lowers_threshold and _one_short(finding):
+            summary = finding.summary + " (this loop was seen in an earlier session)"
+            return dataclasses.replace(finding, score=LOOP_SCORE, summary=summary)
+        if finding.score < SUSPICION_CAP:
+            return dataclasses.replace(finding, score=SUSPICION_CAP)
+        return finding
+
+    async def settle(self, verdict: Verdict) -> Verdict:
+        """End of a turn: recoveries, the callback, stats and telemetry."""
+        for pattern in self.ladder.end_turn():
+            self.stats.recoveries_succeeded += 1
+            verdict = self._remember_recovery(verdict, pattern, succeeded=True)
+        if not verdict.looping and self._shown_suspicion > verdict.suspicion:
+            verdict = verdict.model_copy(update={"suspicion": self._shown_suspicion})
+        if verdict.judge_calls:
+            self.stats.record_check(verdict)
+            self.telemetry.check(verdict)
+        if verdict.looping:
+            verdict = await self._call_back(verdict)
+            if verdict.looping:
+                self.stats.record_loop(verdict)
+                self.telemetry.loop(verdict)
+        return verdict
+
+    # -- verdicts ---------------------------------------------------------------------------
+
+    def heuristic_verdict(self, finding: Finding, *, turn: int) -> Verdict:
+        step = self.ladder.escalate(finding.pattern, label=finding.summary, kind=finding.kind)
+        errors: list[str] = []
+        if self.memory is not None:
+            try:
+                self.memory.record_loop(finding)
+            except (sqlite3.Error, OSError) as exc:
+                errors.append(self._memory_failed(exc))
+        found = for_finding(finding, step, budget=self.config.recovery_max_chars)
+        verdict = Verdict(
+            looping=True,
+            source=f"heuristic:{finding.detector}",
+            kind=finding.kind,
+            confidence=finding.score,
+            analysis=finding.summary,
+            evidence=list(finding.evidence),
+            action=step.action,
+            summary=found.summary,
+            explanation=found.explanation,
+            recovery_message=found.message,
+            pattern=finding.pattern,
+            errors=errors,
+            turn=turn,
+            suspicion=finding.score,
+        )
+        if step.failed_recovery:
+            self.stats.recoveries_failed += 1
+            verdict = self._remember_recovery(verdict, finding.pattern, succeeded=False)
+        return verdict
+
+    def preview_verdict(self, finding: Finding, *, turn: int, evidence: bool = True) -> Verdict:
+        """The verdict the next detection of ``finding`` would get; records nothing
+        (``check_call`` preflight and streaming)."""
+        step = self.ladder.preview(finding.pattern)
+        found = for_finding(finding, step, budget=self.config.recovery_max_chars)
+        return Verdict(
+            looping=True,
+            source=f"heuristic:{finding.detector}",
+            kind=finding.kind,
+            confidence=finding.score,
+            analysis=finding.summary,
+            evidence=list(finding.evidence) if evidence else [],
+            action=step.action,
+            summary=found.summary,
+            explanation=found.explanation,
+            recovery_message=found.message,
+            pattern=finding.pattern,
+            turn=turn,
+            suspicion=finding.score,
+        )
+
+    def judge_verdict(
+        self, outcome: JudgeOutcome, *, suspicion: float, turn: int, recent: Iterable[Message]
+    ) -> Verdict:
+        deciding = outcome.deciding
+        common: dict[str, Any] = {
+            "source": "llm",
+            "judge_calls": outcome.calls,
+            "errors": outcome.errors,
+            "turn": turn,
+            "suspicion": suspicion,
+            "confidence": deciding.confidence if deciding else None,
+            "analysis": deciding.analysis if deciding else None,
+        }
+        if not outcome.looping or deciding is None or self.ladder.silenced(LLM_PATTERN):
+            return Verdict(**common)
+        label = "no progress (LLM judge): " + short(deciding.analysis or "-", 80)
+        step = self.ladder.escalate(LLM_PATTERN, label=label)
+        found = for_judge(
+            deciding, step, evidence=outcome.evidence,
+            recent_calls=recent_calls(recent, self.config.history_messages),
+            budget=self.config.recovery_max_chars,
+        )
+        if step.failed_recovery:
+            self.stats.recoveries_failed += 1
+        return Verdict(
+            looping=True,
+            evidence=outcome.evidence,
+            action=step.action,
+            summary=found.summary,
+            explanation=found.explanation,
+            recovery_message=found.message,
+            pattern=LLM_PATTERN,
+            **common,
+        )
+
+    # -- control ----------------------------------------------------------------------------
+
+    def override(self, target: str | Verdict, reason: str) -> OverrideRecord:
+        """A person says "keep going"; see `Ladder.override` for the growing friction."""
+        if isinstance(target, Verdict):
+            if not target.pattern:
+                raise ValueError("override() needs a loop verdict (this one names no pattern)")
+            pattern, label = target.pattern, target.summary
+        elif isinstance(target, str) and target:
+            pattern, label = target, None
+        else:
+            raise TypeError("override() takes a loop Verdict or its non-empty pattern string")
+        record = self.ladder.override(pattern, reason, label=label)
+        self.stats.overrides += 1
+        log = logger.warning if record.disabled else logger.info
+        log("%s; reason: %s", record.message, reason)
+        return record
+
+    def load_state(self, state: LadderState) -> None:
+        self.ladder.state = state.model_copy(deep=True)
+
+    async def _call_back(self, verdict: Verdict) -> Verdict:
+        if self._on_loop is None:
+            return verdict
+        try:
+            result = self._on_loop(verdict)
+            if inspect.isawaitable(result):
+                result = await result
+        except Exception as exc:
+            # The callback is the user's code: its failure is reported on the verdict and
+            # never reaches the agent. Cancellation is a BaseException and passes through.
+            logger.warning("on_loop callback failed: %s: %s", type(exc).__name__, exc,
+                           exc_info=True)
+            self.stats.callback_errors += 1
+            return verdict.model_copy(
+                update={"errors": [*verdict.errors, f"on_loop failed: {type(exc).__name__}: "
+                                                    f"{exc}"]})
+        return self._apply(verdict, result)
+
+    def _apply(self, verdict: Verdict, result: object) -> Verdict:
+        if result is None:
+            return verdict
+        if isinstance(result, Verdict):
+            return result
+        if isinstance(result, str):
+            try:
+                return verdict.model_copy(update={"action": Action(result)})
+            except ValueError:
+                pass
+        problem = f"on_loop returned {result!r}, not an Action, a Verdict or None; ignored"
+        logger.warning(problem)
+        self.stats.callback_errors += 1
+        return verdict.model_copy(update={"errors": [*verdict.errors, problem]})
+
+    # -- memory -----------------------------------------------------------------------------
+
+    def _remember_recovery(self, verdict: Verdict, pattern: str, *, succeeded: bool) -> Verdict:
+        if self.memory is None or pattern == LLM_PATTERN:
+            return verdict
+        try:
+            self.memory.record_recovery(pattern, succeeded=succeeded)
+        except (sqlite3.Error, OSError) as exc:
+            return verdict.model_copy(
+                update={"errors": [*verdict.errors, self._memory_failed(exc)]})
+        return verdict
+
+    @staticmethod
+    def _memory_failed(exc: BaseException) -> str:
+        # A broken memory file must not stop loop detection: the verdict says so instead.
+        logger.warning("known-loop memory failed: %s", exc)
+        return f"known-loop memory failed: {type(exc).__name__}: {exc}"
