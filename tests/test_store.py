@@ -1,0 +1,342 @@
+"""Session stores: the in-memory LRU, state round trips, and Redis shared by two replicas.
+
+The Redis tests run a real redis-server on 127.0.0.1 (tests/serving.py) and skip when it
+is not installed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import anyio
+import httpx
+import pytest
+
+from judge import LoopTracker, TrackerConfig, Verdict
+from judge.server.state import dump_tracker, load_tracker
+from judge.server.store import (
+    MemoryStore,
+    RedisStore,
+    SessionBusy,
+    SessionLockLost,
+    StoreUnavailable,
+)
+from tests.serving import (
+    alternation_history,
+    failing_repeat_history,
+    free_port,
+    prefixes,
+    redis_server,
+    unique_prefix,
+)
+
+pytestmark = pytest.mark.anyio
+N_TURNS = 12
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"  # redis-py's asyncio client
+
+
+async def library_verdicts(history: list[dict[str, Any]], n: int) -> list[Verdict]:
+    tracker = LoopTracker(TrackerConfig())
+    return [await tracker.turn_started(h) for h in prefixes(history, n)]
+
+
+# -- state --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("make_history", [failing_repeat_history, alternation_history])
+async def test_reloading_every_turn_changes_no_verdict(make_history: Any) -> None:
+    config = TrackerConfig()
+    history = make_history(N_TURNS)
+    data = dump_tracker(LoopTracker(config))
+    got = []
+    for h in prefixes(history, N_TURNS):
+        tracker = load_tracker(config, data)
+        got.append(await tracker.turn_started(h))
+        data = dump_tracker(tracker)
+    assert got == await library_verdicts(history, N_TURNS)
+
+
+# -- in memory ----------------------------------------------------------------------------
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+async def turn(store: Any, session_id: str, history: list[dict[str, Any]]) -> Verdict:
+    async with store.session(session_id) as tracker:
+        return await tracker.turn_started(history)
+
+
+async def test_memory_lru_evicts_least_recently_used() -> None:
+    store = MemoryStore(max_sessions=2)
+    history = failing_repeat_history(1)
+    for sid in ("a", "b"):
+        await turn(store, sid, history)
+    await turn(store, "a", history)  # "b" is now the least recently used
+    await turn(store, "c", history)
+    assert len(store) == 2
+    assert (await turn(store, "a", history)).turn == 3
+    assert (await turn(store, "b", history)).turn == 1  # evicted, started over
+
+
+async def test_memory_idle_ttl() -> None:
+    clock = Clock()
+    store = MemoryStore(session_ttl_s=60, clock=clock)
+    history = failing_repeat_history(1)
+    await turn(store, "a", history)
+    clock.now += 30
+    await turn(store, "b", history)
+    clock.now += 45  # a idle 75 s, b idle 45 s
+    assert await store.live_sessions() == 1
+    assert (await turn(store, "b", history)).turn == 2
+    assert (await turn(store, "a", history)).turn == 1
+
+
+async def test_memory_never_evicts_a_session_in_use() -> None:
+    store = MemoryStore(max_sessions=1)
+    history = failing_repeat_history(1)
+    async with store.session("busy") as tracker:
+        await tracker.turn_started(history)
+        await turn(store, "other", history)
+        assert len(store) == 2  # over the bound while "busy" is in use
+    await turn(store, "third", history)
+    assert len(store) == 1
+
+
+async def test_memory_turns_of_one_session_are_serialized() -> None:
+    store = MemoryStore()
+    inside = 0
+    overlap = False
+    history = failing_repeat_history(1)
+
+    async def one() -> None:
+        nonlocal inside, overlap
+        async with store.session("s") as tracker:
+            inside += 1
+            overlap = overlap or inside > 1
+            await anyio.sleep(0.01)
+            await tracker.turn_started(history)
+            inside -= 1
+
+    async with anyio.create_task_group() as tg:
+        for _ in range(5):
+            tg.start_soon(one)
+    assert not overlap
+    assert (await turn(store, "s", history)).turn == 6
+
+
+async def test_memory_busy_session_times_out() -> None:
+    store = MemoryStore(lock_wait_s=0.05)
+    entered, release = anyio.Event(), anyio.Event()
+
+    async def hold() -> None:
+        async with store.session("s"):
+            entered.set()
+            await release.wait()
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(hold)
+        await entered.wait()
+        with pytest.raises(SessionBusy):
+            async with store.session("s"):
+                pass
+        release.set()
+
+
+async def test_readonly_creates_nothing() -> None:
+    store = MemoryStore()
+    async with store.session("ghost", readonly=True) as tracker:
+        assert tracker.turn == 0
+    assert await store.live_sessions() == 0
+
+
+# -- Redis --------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    with redis_server(Path(tmp_path_factory.mktemp("redis"))) as url:
+        yield url
+
+
+@pytest.fixture
+def prefix() -> str:
+    return unique_prefix()
+
+
+def replica(redis_url: str, prefix: str, **kwargs: Any) -> RedisStore:
+    return RedisStore(TrackerConfig(), url=redis_url, key_prefix=prefix, **kwargs)
+
+
+@pytest.fixture
+async def two_replicas(redis_url: str, prefix: str) -> AsyncIterator[tuple[Any, Any]]:
+    """Two sidecar apps with their own RedisStore (own connections), one Redis."""
+    from judge.server.app import create_app
+    from judge.server.settings import ServerSettings
+
+    apps = [create_app(ServerSettings(), replica(redis_url, prefix)) for _ in range(2)]
+    clients = [
+        httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://replica")
+        for app in apps
+    ]
+    try:
+        yield clients[0], clients[1]
+    finally:
+        for client, app in zip(clients, apps, strict=True):
+            await client.aclose()
+            await app.state.store.aclose()
+
+
+@pytest.mark.parametrize("make_history", [failing_repeat_history, alternation_history])
+async def test_alternating_replicas_detect_at_the_same_turn(
+    two_replicas: tuple[httpx.AsyncClient, httpx.AsyncClient], make_history: Any
+) -> None:
+    pytest.importorskip("fastapi")
+    history = make_history(N_TURNS)
+    got = []
+    for i, h in enumerate(prefixes(history, N_TURNS)):
+        client = two_replicas[i % 2]
+        r = await client.post("/v1/sessions/agent-7/turns", json={"messages": h})
+        assert r.status_code == 200, r.text
+        got.append(Verdict.model_validate(r.json()))
+    expected = await library_verdicts(history, N_TURNS)
+    assert got == expected
+    first = next(v.turn for v in got if v)
+    assert first == next(v.turn for v in expected if v)
+
+
+async def test_killing_a_replica_mid_session_loses_no_turn(redis_url: str, prefix: str) -> None:
+    history = alternation_history(N_TURNS)
+    turns = prefixes(history, N_TURNS)
+    got = []
+    first = replica(redis_url, prefix)
+    for h in turns[:5]:
+        got.append(await turn(first, "s", h))
+    # The replica dies: its connections drop and its objects are gone.
+    await first.aclose()
+    del first
+    second = replica(redis_url, prefix)
+    try:
+        for h in turns[5:]:
+            got.append(await turn(second, "s", h))
+    finally:
+        await second.aclose()
+    assert [v.turn for v in got] == list(range(1, N_TURNS + 1))
+    assert got == await library_verdicts(history, N_TURNS)
+
+
+async def test_concurrent_turns_across_replicas_are_serialized(
+    redis_url: str, prefix: str
+) -> None:
+    stores = [replica(redis_url, prefix) for _ in range(2)]
+    history = failing_repeat_history(1)
+    seen: list[int] = []
+    try:
+
+        async def one(store: RedisStore) -> None:
+            async with store.session("s") as tracker:
+                await asyncio.sleep(0.005)  # widen the window a lost update would need
+                seen.append((await tracker.turn_started(history)).turn)
+
+        async with anyio.create_task_group() as tg:
+            for i in range(10):
+                tg.start_soon(one, stores[i % 2])
+    finally:
+        for store in stores:
+            await store.aclose()
+    assert sorted(seen) == list(range(1, 11))
+
+
+async def test_failed_turn_saves_nothing(redis_url: str, prefix: str) -> None:
+    store = replica(redis_url, prefix)
+    try:
+        history = failing_repeat_history(2)
+        await turn(store, "s", history[:4])
+        with pytest.raises(ValueError, match="message 1"):
+            await turn(store, "s", [history[0], {"role": "assistant", "tool_calls": 3}])
+        assert (await turn(store, "s", history)).turn == 2
+    finally:
+        await store.aclose()
+
+
+async def test_session_state_expires_and_is_indexed(redis_url: str, prefix: str) -> None:
+    store = replica(redis_url, prefix, session_ttl_s=120)
+    try:
+        await turn(store, "a", failing_repeat_history(1))
+        await turn(store, "b", failing_repeat_history(1))
+        assert await store.live_sessions() == 2
+        ttl_ms = await store._redis.pttl(f"{prefix}{{a}}:state")
+        assert 0 < ttl_ms <= 120_000
+        assert await store.delete("a") is True
+        assert await store.delete("a") is False
+        assert await store.live_sessions() == 1
+    finally:
+        await store.aclose()
+
+
+async def test_busy_session_and_lost_lock(redis_url: str, prefix: str) -> None:
+    holder = replica(redis_url, prefix)
+    waiter = replica(redis_url, prefix, lock_wait_s=0.05)
+    try:
+        with pytest.raises(SessionLockLost):
+            async with holder.session("s") as tracker:
+                with pytest.raises(SessionBusy):
+                    async with waiter.session("s"):
+                        pass
+                await tracker.turn_started(failing_repeat_history(1))
+                await waiter.delete("s")  # deleted mid-turn: the save must not resurrect it
+        async with waiter.session("s", readonly=True) as tracker:
+            assert tracker.turn == 0
+    finally:
+        await holder.aclose()
+        await waiter.aclose()
+
+
+async def test_lease_is_renewed_during_a_long_turn(redis_url: str, prefix: str) -> None:
+    store = replica(redis_url, prefix, lock_lease_s=0.2)
+    other = replica(redis_url, prefix, lock_wait_s=0.0)
+    try:
+        async with store.session("s") as tracker:
+            await asyncio.sleep(0.5)  # 2.5 leases
+            with pytest.raises(SessionBusy):
+                async with other.session("s"):
+                    pass
+            await tracker.turn_started(failing_repeat_history(1))
+        async with other.session("s") as tracker:
+            assert tracker.turn == 1
+    finally:
+        await store.aclose()
+        await other.aclose()
+
+
+async def test_redis_down_is_store_unavailable_and_503() -> None:
+    from judge.server.app import create_app
+    from judge.server.settings import ServerSettings
+
+    store = RedisStore(TrackerConfig(), url=f"redis://127.0.0.1:{free_port()}/0")
+    app = create_app(ServerSettings(), store)
+    try:
+        with pytest.raises(StoreUnavailable):
+            await turn(store, "s", failing_repeat_history(1))
+        async with httpx.AsyncClient(
+            transport=httpx.ASGITransport(app=app), base_url="http://replica"
+        ) as client:
+            r = await client.post("/v1/sessions/s/turns", json={"messages": []})
+            assert r.status_code == 503 and "Redis" in r.json()["detail"]
+            assert r.headers["retry-after"] == "1"
+            assert (await client.get("/healthz")).status_code == 503
+            assert (await client.get("/metrics")).status_code == 200
+    finally:
+        await store.aclose()
