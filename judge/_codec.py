@@ -15,11 +15,13 @@ from typing import Any
 
 from judge.detectors.outcome import Outcome
 from judge.detectors.steps import Step
-from judge.history import ToolCall
+from judge.history import Message, ToolCall
 from judge.verdict import LoopKind
 
 # Finding is resolved lazily (judge.detectors.base imports this package's neighbours).
-_RECORDS: dict[str, type | None] = {"ToolCall": ToolCall, "Step": Step, "Finding": None}
+_RECORDS: dict[str, type | None] = {
+    "Message": Message, "ToolCall": ToolCall, "Step": Step, "Finding": None,
+}
 _ENUMS: dict[str, type[Enum]] = {"Outcome": Outcome, "LoopKind": LoopKind}
 
 
@@ -34,10 +36,10 @@ class StateError(ValueError):
 
 
 def encode(value: Any) -> Any:
+    if isinstance(value, Enum):  # before str: our enums are str enums
+        return {"$enum": type(value).__name__, "v": value.value}
     if value is None or isinstance(value, (bool, int, float, str)):
         return value
-    if isinstance(value, Enum):
-        return {"$enum": type(value).__name__, "v": value.value}
     if isinstance(value, tuple):
         return {"$tuple": [encode(v) for v in value]}
     if isinstance(value, deque):

@@ -91,6 +91,19 @@ class CircuitBreaker:
     def reset(self) -> None:
         self.record_success()
 
+    def snapshot(self) -> tuple[int, str, float | None]:
+        """(failures, state, cool-down seconds left) for a saved tracker state."""
+        left = None
+        if self._state is BreakerState.OPEN:
+            left = max(self._opened_at + self.cooldown_s - self._clock(), 0.0)
+        return self._failures, self._state.value, left
+
+    def restore(self, failures: int, state: str, cooldown_left_s: float | None) -> None:
+        self._failures = failures
+        self._state = BreakerState(state)
+        if self._state is BreakerState.OPEN:
+            self._opened_at = self._clock() - self.cooldown_s + (cooldown_left_s or 0.0)
+
 
 def skip_message(seconds_left: float, failures: int, *, now: datetime | None = None) -> str:
     """The verdict's line for a skipped check; the time is wall-clock UTC for humans."""

@@ -237,6 +237,14 @@ class HistoryCursor:
         self._last = None
         self._last_raw = None
 
+    def snapshot(self) -> tuple[int, Message | None]:
+        """(messages seen, the last one) for a saved tracker state."""
+        return self._seen, self._last
+
+    def restore(self, seen: int, last: Message | None) -> None:
+        # The raw object is not saved: the next call compares by content instead.
+        self._seen, self._last, self._last_raw = seen, last, None
+
     def _unchanged(self, history: Sequence[Any]) -> bool:
         if self._seen == 0:
             return True

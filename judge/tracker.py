@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 from collections import deque
+from hashlib import blake2b
 from collections.abc import Sequence
 from typing import Any
 
@@ -31,6 +32,8 @@ from judge.response import LoopCallback, Responder
 from judge.schedule import Schedule
 from judge.stats import TrackerStats
 from judge.telemetry import Telemetry
+from judge._codec import StateError, decode, dump_attrs, encode, load_attrs
+from judge.state import STATE_VERSION, BreakerSnapshot, ScheduleState, TrackerState
 from judge.transcript import fit_prompt, judge_window
 from judge.verdict import Verdict
 
@@ -96,7 +99,9 @@ class LoopTracker:
         self._cursor = HistoryCursor()
         self._recent: deque[Message] = deque(maxlen=cfg.history_messages + RECENT_SLACK)
         self._task: Message | None = None
-        self._user_seen: set[int] = set()
+        # Digests of user messages seen, to tell a new prompt from one re-read after the
+        # history was rewritten (stable across processes, unlike hash()).
+        self._user_seen: set[str] = set()
         # Ladder, texts, overrides, memory, on_loop, stats, telemetry (judge/response.py).
         self._responder = Responder(cfg, on_loop=on_loop, telemetry=telemetry)
         # fast_acquire: no event-loop round trip when uncontended (the usual case), which
@@ -170,6 +175,77 @@ class LoopTracker:
         """
         return self._responder.override(pattern_or_verdict, reason)
 
+    @property
+    def state(self) -> TrackerState:
+        """Everything this tracker remembers, serializable (e.g. to Redis).
+
+        ``LoopTracker.from_state(config, tracker.state)`` continues exactly where this one
+        stopped. Not included: the judge client, callbacks and telemetry (pass them again)
+        and the known-loop memory (a file of its own).
+        """
+        seen, last = self._cursor.snapshot()
+        failures, breaker_state, left = self._breaker.snapshot()
+        return TrackerState(
+            version=STATE_VERSION,
+            schedule=ScheduleState(
+                turn=self._schedule.turn,
+                last_check_turn=self._schedule.last_check_turn,
+                check_interval=self._schedule.check_interval,
+            ),
+            seen=seen,
+            last_message=encode(last),
+            recent=encode(self._recent),
+            task=encode(self._task),
+            user_seen=sorted(self._user_seen),
+            detectors=self._suite.state(),
+            stream=dump_attrs(self._stream, StreamMonitor.STATE),
+            ladder=self.ladder_state,
+            stats=self.stats,
+            breaker=BreakerSnapshot(failures=failures, state=breaker_state,
+                                    cooldown_left_s=left),
+            judge_calls_used=self._budget.calls_used,
+            judge_tokens_used=self._budget.tokens_used,
+        )
+
+    @classmethod
+    def from_state(
+        cls, config: TrackerConfig | None, state: TrackerState | dict[str, Any] | str,
+        **kwargs: Any,
+    ) -> LoopTracker:
+        """A tracker that continues from ``state`` (a `TrackerState`, its dict or JSON).
+
+        ``config`` must be the one the state was saved with (detector windows depend on
+        it); keyword arguments are those of `LoopTracker` (client, on_loop, ...). Raises
+        `StateError` for a state that cannot be read.
+        """
+        if isinstance(state, str):
+            state = TrackerState.model_validate_json(state)
+        elif isinstance(state, dict):
+            state = TrackerState.model_validate(state)
+        if state.version != STATE_VERSION:
+            raise StateError(f"state version {state.version} is not {STATE_VERSION}")
+        tracker = cls(config, **kwargs)
+        tracker._load(state)
+        return tracker
+
+    def _load(self, state: TrackerState) -> None:
+        self._schedule.turn = state.schedule.turn
+        self._schedule.last_check_turn = state.schedule.last_check_turn
+        self._schedule.check_interval = state.schedule.check_interval
+        self._cursor.restore(state.seen, decode(state.last_message))
+        recent = decode(state.recent)
+        self._recent = deque(recent or (), maxlen=self._recent.maxlen)
+        self._task = decode(state.task)
+        self._user_seen = set(state.user_seen)
+        self._suite.load_state(state.detectors)
+        load_attrs(self._stream, StreamMonitor.STATE, state.stream)
+        self._responder.load_state(state.ladder)
+        self._responder.stats = state.stats.model_copy(deep=True)
+        self._breaker.restore(state.breaker.failures, state.breaker.state,
+                              state.breaker.cooldown_left_s)
+        self._budget.calls_used = state.judge_calls_used
+        self._budget.tokens_used = state.judge_tokens_used
+
     def reset(self) -> None:
         """Forget the conversation: turn count, schedule, detector state, escalation."""
         self._schedule.reset()
@@ -225,7 +301,7 @@ class LoopTracker:
             self._suite.feed(msg)
 
     def _on_user_message(self, msg: Message, rewound: bool) -> None:
-        key = hash(msg.content)
+        key = blake2b(msg.content.encode("utf-8", "replace"), digest_size=12).hexdigest()
         is_new = not rewound or key not in self._user_seen
         self._user_seen.add(key)
         if not is_new:

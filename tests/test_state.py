@@ -72,3 +72,68 @@ def test_state_of_another_configuration_is_refused() -> None:
     del saved["detectors"]["cycle"]
     with pytest.raises(StateError, match="cycle"):
         DetectorSuite(TrackerConfig(semantic="off")).load_state(saved)
+
+
+def _replay_with_restarts(messages: list[dict], config: TrackerConfig) -> tuple[list, list]:
+    import anyio
+
+    from judge import LoopTracker
+    from judge.evaluation.replay import assistant_turn_ends
+
+    async def run() -> tuple[list, list]:
+        live = LoopTracker(config)
+        restarted = LoopTracker(config)
+        a, b = [], []
+        for end in assistant_turn_ends(messages):
+            a.append(await live.turn_started(messages[:end]))
+            b.append(await restarted.turn_started(messages[:end]))
+            blob = restarted.state.model_dump_json()
+            restarted = LoopTracker.from_state(config, blob)  # a new process, as it were
+        return a, b
+
+    return anyio.run(run)
+
+
+def test_tracker_state_round_trips_exactly_on_recorded_runs() -> None:
+    from judge import LoopTracker
+
+    config = TrackerConfig(semantic="off")
+    trajectories, _ = load_dataset([SMOKE / "recorded" / "react_fever",
+                                    SMOKE / "handmade"])
+    for traj in trajectories[:25]:
+        live, restarted = _replay_with_restarts(traj.messages, config)
+        assert [v.model_dump() for v in live] == [v.model_dump() for v in restarted], traj.id
+    tracker = LoopTracker(config)
+    again = LoopTracker.from_state(config, tracker.state.model_dump())
+    assert again.state == tracker.state
+
+
+def test_tracker_state_with_semantic_vectors() -> None:
+    pytest.importorskip("onnxruntime")
+    from judge import embeddings
+
+    if not embeddings.available():
+        pytest.skip("the semantic extra is not installed")
+    config = TrackerConfig(semantic="on")
+    agent = Agent()
+    for text in ["Please check the Mariano's website to find the price of their salads.",
+                 "Visit marianos.com and look up how much the ready-to-eat salads cost.",
+                 "Go to the Mariano's site and find the prices of ready made salads.",
+                 "Check Mariano's website once more for the cost of their salads please."]:
+        agent.call("WebSurfer", {"request": text}, "I clicked a link.")
+    live, restarted = _replay_with_restarts(agent.history, config)
+    assert [bool(v) for v in live] == [bool(v) for v in restarted] == [False] * 3 + [True]
+
+
+def test_unreadable_state_is_a_clear_error() -> None:
+    from pydantic import ValidationError
+
+    from judge import LoopTracker
+
+    config = TrackerConfig(semantic="off")
+    state = LoopTracker(config).state.model_dump()
+    state["version"] = 99
+    with pytest.raises(StateError, match="version"):
+        LoopTracker.from_state(config, state)
+    with pytest.raises(ValidationError):
+        LoopTracker.from_state(config, {"nonsense": 1})

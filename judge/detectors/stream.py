@@ -15,6 +15,7 @@ RESCAN_CHARS = 80
 
 class StreamMonitor:
     name = "text_repetition"
+    STATE = ("_text", "_since_scan", "_fired")
 
     def __init__(self) -> None:
         self.reset()
