@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import logging
 from collections import deque
-from hashlib import blake2b
 from collections.abc import Sequence
+from hashlib import blake2b
 from typing import Any
 
 import anyio
 
+from judge._codec import StateError, decode, dump_attrs, encode, load_attrs
 from judge._llm import LiteLLMClient, LLMClient, Sleep
 from judge.breaker import CircuitBreaker, Clock, skip_message
 from judge.budget import JudgeBudget
@@ -30,10 +31,9 @@ from judge.llm_judge import JudgeOutcome, TwoStageJudge
 from judge.redaction import Redactor
 from judge.response import LoopCallback, Responder
 from judge.schedule import Schedule
+from judge.state import STATE_VERSION, BreakerSnapshot, ScheduleState, TrackerState
 from judge.stats import TrackerStats
 from judge.telemetry import Telemetry
-from judge._codec import StateError, decode, dump_attrs, encode, load_attrs
-from judge.state import STATE_VERSION, BreakerSnapshot, ScheduleState, TrackerState
 from judge.transcript import fit_prompt, judge_window
 from judge.verdict import Verdict
 
