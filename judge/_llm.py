@@ -54,6 +54,12 @@ _CREDENTIAL_HINTS = ("missing credentials", "api_key client option must be set")
 # litellm reports a refused or dropped connection as a 500 whose text says so; it is an
 # unreachable endpoint, not a server error, and the verdict should say which.
 _CONNECTION_HINTS = ("connection error", "connection refused", "server disconnected")
+# Time for retries on top of one timeout_s, per model and check: a judge outage costs a
+# turn at most timeout_s + this (+ the watchdog's grace). The default backoff for two
+# retries sums to under 4 s; 10 s also leaves room for a short Retry-After.
+RETRY_TIME_BUDGET_S = 10.0
+# No retry is started with less time than this left: it could not get an answer anyway.
+MIN_ATTEMPT_S = 1.0
 # Slack on top of timeout_s for our own watchdog, in case the transport ignores its timeout.
 WATCHDOG_GRACE_S = 1.0
 
@@ -206,6 +212,26 @@ def _is_format_rejection(err: JudgeError) -> bool:
     return any(hint in text for hint in _FORMAT_HINTS)
 
 
+class _Deadline:
+    """A time budget for one model call: real time elapsed plus the sleeps asked for."""
+
+    def __init__(self, seconds: float) -> None:
+        self._end = time.monotonic() + seconds
+        self._slept = 0.0
+
+    def spent(self, seconds: float) -> None:
+        self._slept += seconds
+
+    def left(self) -> float:
+        # A floor keeps a last attempt meaningful instead of timing out at once.
+        return max(self._end - time.monotonic() - self._slept, MIN_ATTEMPT_S)
+
+    def stop(self, state: RetryCallState) -> bool:
+        """Stop when the coming wait plus a minimal attempt would pass the deadline."""
+        remaining = self._end - time.monotonic() - self._slept
+        return state.upcoming_sleep + MIN_ATTEMPT_S > remaining
+
+
 class _WaitStrategy:
     """Honour Retry-After when the server sent one, else jittered exponential backoff."""
 
@@ -265,11 +291,19 @@ class LiteLLMClient:
     ) -> ModelReply:
         litellm = await load_litellm()
         attempts = 0
+        # The whole call, retries and waits included, ends by this deadline; sleeps are
+        # counted as asked for, so an injected fake sleep keeps the same budget.
+        budget = _Deadline(self.timeout_s + RETRY_TIME_BUDGET_S)
+
+        async def sleep(seconds: float) -> None:
+            budget.spent(seconds)
+            await self._sleep(seconds)
+
         retrying = AsyncRetrying(
-            stop=stop_after_attempt(self.max_retries + 1),
+            stop=stop_after_attempt(self.max_retries + 1) | budget.stop,
             wait=_WaitStrategy(),
             retry=retry_if_exception(self._retryable),
-            sleep=self._sleep,
+            sleep=sleep,
             reraise=True,
             before_sleep=self._log_retry,
         )
@@ -277,7 +311,9 @@ class LiteLLMClient:
             async for attempt in retrying:
                 with attempt:
                     attempts += 1
-                    return await self._once(litellm, model, messages, schema, attempts)
+                    timeout = min(self.timeout_s, budget.left())
+                    return await self._once(litellm, model, messages, schema, attempts,
+                                            timeout)
         except JudgeError as exc:
             exc.attempts = attempts  # type: ignore[attr-defined]
             raise
@@ -301,12 +337,13 @@ class LiteLLMClient:
         messages: list[dict[str, str]],
         schema: dict[str, Any],
         attempt: int,
+        timeout: float,
     ) -> ModelReply:
         mode = self._initial_mode(litellm, model)
         kwargs: dict[str, Any] = {
             "model": model,
             "messages": messages,
-            "timeout": self.timeout_s,
+            "timeout": timeout,
             "num_retries": 0,  # litellm's own retries
             "max_retries": 0,  # the provider SDK's retries
             "temperature": 0,
@@ -323,7 +360,7 @@ class LiteLLMClient:
         elif self.api_base and model.startswith("openai/") and not os.environ.get("OPENAI_API_KEY"):
             kwargs["api_key"] = PLACEHOLDER_API_KEY
         try:
-            with anyio.fail_after(self.timeout_s + WATCHDOG_GRACE_S):
+            with anyio.fail_after(timeout + WATCHDOG_GRACE_S):
                 response = await litellm.acompletion(**kwargs)
         except Exception as exc:  # the boundary: every foreign error is translated here
             err = map_exception(exc, model)

@@ -274,3 +274,17 @@ async def test_401_through_tracker_is_one_request(httpx_litellm: Any, no_sleep: 
     assert route.call_count == 1 and delays == []
     assert not verdict and "401" in (verdict.judge_calls[0].error or "")
     assert len(verdict.judge_calls) == 1  # the confirm model is not asked
+
+
+async def test_retries_stop_at_the_time_budget(httpx_litellm: Any, no_sleep: Any) -> None:
+    """An outage costs at most timeout_s plus a bounded retry budget, whatever max_retries."""
+    from judge._llm import RETRY_TIME_BUDGET_S
+
+    delays, sleep = no_sleep
+    with respx.mock(assert_all_mocked=True) as mock:
+        route = mock.post(URL).mock(
+            return_value=httpx.Response(429, headers={"retry-after": "6"}, json={}))
+        with pytest.raises(JudgeRateLimited):
+            await complete(client(sleep, max_retries=10, timeout_s=1.0))
+    assert sum(delays) <= 1.0 + RETRY_TIME_BUDGET_S
+    assert route.call_count == len(delays) + 1 < 11
