@@ -51,7 +51,11 @@ def _reject_constant(name: str) -> Any:
 
 
 def _loads(text: str) -> Any:
-    return json.loads(text, parse_constant=_reject_constant)
+    try:
+        return json.loads(text, parse_constant=_reject_constant)
+    except RecursionError:
+        # "[[[[..." nested past the interpreter's limit: an unusable reply, not a crash.
+        raise ValueError("JSON nested too deeply") from None
 
 
 def _candidates(text: str) -> list[str]:

@@ -12,7 +12,7 @@ import logging
 import re
 import sys
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from importlib import resources
 from pathlib import Path
@@ -28,10 +28,10 @@ from judge._llm import LiteLLMClient, LLMClient
 from judge.adapters import load_trajectories, load_trajectory
 from judge.config import TrackerConfig, env_name
 from judge.dataset import (
-    TRAJECTORY_SUFFIXES,
     ImportProblem,
     Trajectory,
     TrajectoryFormatError,
+    iter_trajectory_files,
     load_dataset,
 )
 from judge.errors import ConfigError
@@ -447,25 +447,13 @@ def _run_eval(args: argparse.Namespace, console: Console) -> int:
 # -- import ----------------------------------------------------------------------------------
 
 
-def _trajectory_files(paths: Iterable[str]) -> Iterable[Path]:
-    """Files named on the command line, and trajectory files under named folders (sorted)."""
-    for raw in paths:
-        path = Path(raw)
-        if path.is_dir():
-            for child in sorted(path.rglob("*")):
-                if child.is_file() and child.name.endswith(TRAJECTORY_SUFFIXES):
-                    yield child
-        else:
-            yield path
-
-
 def _import(args: argparse.Namespace, console: Console) -> int:
     """Convert each file; a bad one is reported and skipped, the others are all written."""
     out_dir = Path(args.out)
     out_dir.mkdir(parents=True, exist_ok=True)
     written: set[str] = set()
     failures = 0
-    for file in _trajectory_files(args.paths):
+    for file in iter_trajectory_files(args.paths):
         try:
             trajectories = load_trajectories(file)
         except TrajectoryFormatError as exc:

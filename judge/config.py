@@ -300,7 +300,12 @@ class TrackerConfig(BaseSettings):
         data = {**data, **block}
         base = self.model_dump(exclude_unset=True)
         if "preset" in data:  # a block's preset replaces the base preset's thresholds
-            base = {k: v for k, v in base.items() if k not in PRESETS.get(data["preset"], {})}
+            # ... including those the new preset leaves at the field default (recur_min
+            # is not in "balanced"): a value equal to the base preset's came from it.
+            old = PRESETS.get(self.preset, {})
+            new = PRESETS.get(data["preset"], {})
+            base = {k: v for k, v in base.items()
+                    if k not in new and not (k in old and old[k] == v)}
         token = _APPLYING_BLOCK.set(True)
         try:
             resolved = type(self)(**{**base, **data})

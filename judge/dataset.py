@@ -29,6 +29,7 @@ __all__ = [
     "Labels",
     "Trajectory",
     "TrajectoryFormatError",
+    "iter_trajectory_files",
     "load_dataset",
     "make_trajectory",
     "validate_messages",
@@ -242,7 +243,7 @@ def make_trajectory(
         raise TrajectoryFormatError(path, str(error)) from None
 
 
-def _iter_files(paths: Iterable[str | Path]) -> Iterable[Path]:
+def iter_trajectory_files(paths: Iterable[str | Path]) -> Iterable[Path]:
     """Files under ``paths`` in a stable order (sorted per directory) so runs are reproducible."""
     for raw in paths:
         path = Path(raw)
@@ -270,7 +271,7 @@ def load_dataset(
         paths = [paths]
     trajectories: list[Trajectory] = []
     problems: list[ImportProblem] = []
-    for file in _iter_files(paths):
+    for file in iter_trajectory_files(paths):
         if not file.exists():
             problems.append(ImportProblem(str(file), "no such file or directory"))
             continue

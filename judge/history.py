@@ -112,14 +112,18 @@ def canonical_arguments(arguments: Any) -> tuple[str, Any]:
     if isinstance(arguments, str):
         try:
             parsed = json.loads(arguments)
-        except ValueError:
+        except (ValueError, RecursionError):  # RecursionError: "[[[[..." nested too deep
             return _clean_text(" ".join(arguments.split())), None
     else:
         parsed = arguments
     try:
         text = json.dumps(parsed, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-    except (TypeError, ValueError):
-        return _clean_text(" ".join(str(arguments).split())), None
+    except (TypeError, ValueError, RecursionError):
+        try:
+            raw = str(arguments)
+        except RecursionError:  # repr of an object nested past the interpreter's limit
+            raw = f"<{type(arguments).__name__} nested too deeply>"
+        return _clean_text(" ".join(raw.split())), None
     clean = _clean_text(text)
     if clean is not text:
         # JSON "\ud800" escapes parse to lone surrogates; detectors that read the parsed

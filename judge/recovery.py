@@ -53,6 +53,9 @@ LIST_ITEMS = (5, 4, 3, 2, 1)
 EXPLANATION_FIELD_CHARS = 160
 # A fence inside a field would close ours early; this replaces it.
 _FENCE = "```"
+# How every shipped recovery template opens: the tracker knows its own message by this
+# when an agent appends it to the history as a user message (as the README shows).
+RECOVERY_FENCE = "```loop-judge"
 _FENCE_SAFE = "'''"
 _SECTION = re.compile(r"^## (\S+)\s*$", re.MULTILINE)
 

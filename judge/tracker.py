@@ -28,6 +28,7 @@ from judge.errors import HistoryError
 from judge.escalation import LadderState, OverrideRecord
 from judge.history import HistoryCursor, Message, canonical_arguments
 from judge.llm_judge import JudgeOutcome, TwoStageJudge
+from judge.recovery import RECOVERY_FENCE
 from judge.redaction import Redactor
 from judge.response import LoopCallback, Responder
 from judge.schedule import Schedule
@@ -216,7 +217,8 @@ class LoopTracker:
 
         ``config`` must be the one the state was saved with (detector windows depend on
         it); keyword arguments are those of `LoopTracker` (client, on_loop, ...). Raises
-        `StateError` for a state that cannot be read.
+        `StateError` for a state that cannot be read (pydantic's ``ValidationError`` for
+        one that is not a `TrackerState` at all).
         """
         if isinstance(state, str):
             state = TrackerState.model_validate_json(state)
@@ -225,7 +227,14 @@ class LoopTracker:
         if state.version != STATE_VERSION:
             raise StateError(f"state version {state.version} is not {STATE_VERSION}")
         tracker = cls(config, **kwargs)
-        tracker._load(state)
+        try:
+            tracker._load(state)
+        except StateError:
+            raise
+        except (AttributeError, KeyError, TypeError, ValueError) as exc:
+            # Tampered or from another version (a breaker state we do not know, a tagged
+            # entry of the wrong shape): a server must be able to start the session over.
+            raise StateError(f"unreadable state: {type(exc).__name__}: {exc}") from exc
         return tracker
 
     def _load(self, state: TrackerState) -> None:
@@ -301,6 +310,10 @@ class LoopTracker:
             self._suite.feed(msg)
 
     def _on_user_message(self, msg: Message, rewound: bool) -> None:
+        if msg.content.lstrip().startswith(RECOVERY_FENCE):
+            # Our own recovery message, injected by the agent: not the user's task, and
+            # not a new prompt that would restart the turn count and the judge's schedule.
+            return
         key = blake2b(msg.content.encode("utf-8", "replace"), digest_size=12).hexdigest()
         is_new = not rewound or key not in self._user_seen
         self._user_seen.add(key)

@@ -31,10 +31,10 @@ DEFAULT_MAX_SESSIONS = 10_000
 # replica dies holding it: the session is usable again this long after the crash.
 DEFAULT_LOCK_LEASE_S = 30.0
 # How long a request waits for another request on the same session to finish. A turn with
-# a judge check takes at most timeout_s x (max_retries + 1) x 2 stages = 180 s at the
-# tracker defaults; agents send one turn at a time, so waiting longer than a minute means
+# a judge check during an outage takes at most (timeout_s + 10 s retry budget + 1 s grace)
+# x 2 stages = 82 s at the tracker defaults; waiting 90 s covers that, and longer means
 # something is wrong and the caller should hear about it (503) rather than hang.
-DEFAULT_LOCK_WAIT_S = 60.0
+DEFAULT_LOCK_WAIT_S = 90.0
 DEFAULT_KEY_PREFIX = "loop-judge:"
 
 
