@@ -360,8 +360,10 @@ class LoopTracker:
         try:
             outcome = await self._judge.check(prompt, skip_confirm=skip_confirm)
         except BaseException:
-            # Cancelled (or a bug): the turn still counts and the check is retried soon.
+            # Cancelled (or a bug): the turn still counts and the check is retried soon. The
+            # request in flight may be billed, so it counts against max_judge_calls.
             self._schedule.failed()
+            self._budget.calls_used += 1
             raise
         self._budget.record(outcome.calls, sum(len(m["content"]) for m in prompt))
         if outcome.deciding is None:
