@@ -7,6 +7,7 @@ when and folds their answers into a `Verdict`.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections import deque
 from collections.abc import Sequence
@@ -35,7 +36,7 @@ from judge.schedule import Schedule
 from judge.state import STATE_VERSION, BreakerSnapshot, ScheduleState, TrackerState
 from judge.stats import TrackerStats
 from judge.telemetry import Telemetry
-from judge.transcript import fit_prompt, judge_window
+from judge.transcript import SCRUB_MARGIN, clip, fit_prompt, judge_window
 from judge.verdict import Verdict
 
 logger = logging.getLogger("judge.tracker")
@@ -45,6 +46,15 @@ logger = logging.getLogger("judge.tracker")
 RECENT_SLACK = 32
 # A suspicion at or above this brings the judge's check forward, even before turn 30.
 SUSPICION_SCORE = 0.5
+
+
+def _for_judge(msg: Message, message_chars: int) -> Message:
+    """The message as the judge may see it: content beyond what `transcript` could ever
+    keep is cut here, so the recent window (and the saved state) stays small."""
+    keep = message_chars * SCRUB_MARGIN
+    if len(msg.content) <= keep:
+        return msg
+    return dataclasses.replace(msg, content=clip(msg.content, keep))
 
 
 class LoopTracker:
@@ -306,7 +316,7 @@ class LoopTracker:
         for msg in new:
             if msg.role == "user":
                 self._on_user_message(msg, rewound)
-            self._recent.append(msg)
+            self._recent.append(_for_judge(msg, self.config.max_message_chars))
             self._suite.feed(msg)
 
     def _on_user_message(self, msg: Message, rewound: bool) -> None:

@@ -67,11 +67,11 @@ Scrub = Callable[[str], str]
 # Redaction runs on a pre-clipped text this many times the final size: a 10 MB tool output
 # is not scanned whole, and a secret cut by the first clip lies in the middle that the
 # final clip drops anyway.
-_SCRUB_MARGIN = 4
+SCRUB_MARGIN = 4
 
 
 def _safe_clip(text: str, limit: int, scrub: Scrub) -> str:
-    return clip(scrub(clip(text, limit * _SCRUB_MARGIN)), limit)
+    return clip(scrub(clip(text, limit * SCRUB_MARGIN)), limit)
 
 
 def _keep(text: str) -> str:

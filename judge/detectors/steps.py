@@ -34,6 +34,9 @@ class Step:
         return (self.call_index, self.result_index)
 
 
+# Detectors quote at most 200 characters of a result; the rest would only swell the
+# tracker's saved state (results are keyed in full before this cut).
+STEP_RESULT_CHARS = 400
 # Argument values shorter than this are too common to strip from an error text.
 _MIN_ECHO_CHARS = 3
 

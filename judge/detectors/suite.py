@@ -7,7 +7,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from judge._codec import StateError, decode, dump_attrs, encode, load_attrs
+from judge._codec import StateError, StepPool, decode, dump_attrs, encode, load_attrs
 from judge.config import TrackerConfig
 from judge.detectors.base import Detector, Finding
 from judge.detectors.cycle import CycleDetector
@@ -144,11 +144,14 @@ class DetectorSuite:
 
     def state(self) -> dict[str, Any]:
         """Everything the detectors remember, as JSON-able data (see judge._codec)."""
+        pool = StepPool()
+        detectors = {d.name: dump_attrs(d, _state_names(d), pool) for d in self.detectors}
         return {
             "steps": dump_attrs(self._steps, StepBuilder.STATE),
             "findings": encode(self._findings),
             "last_step_at": self._last_step_at,
-            "detectors": {d.name: dump_attrs(d, _state_names(d)) for d in self.detectors},
+            "pool": pool.table,
+            "detectors": detectors,
         }
 
     def load_state(self, data: dict[str, Any]) -> None:
@@ -156,6 +159,7 @@ class DetectorSuite:
             load_attrs(self._steps, StepBuilder.STATE, data["steps"])
             self._findings = decode(data["findings"])
             self._last_step_at = data["last_step_at"]
+            pool = StepPool(data["pool"])
             saved = data["detectors"]
         except KeyError as exc:
             raise StateError(f"detector state lacks {exc}") from exc
@@ -165,7 +169,7 @@ class DetectorSuite:
                     f"no saved state for detector {detector.name!r}; was the "
                     "tracker saved with another configuration?"
                 )
-            load_attrs(detector, _state_names(detector), saved[detector.name])
+            load_attrs(detector, _state_names(detector), saved[detector.name], pool)
 
     def detector(self, name: str) -> Detector | None:
         return next((d for d in self.detectors if d.name == name), None)
