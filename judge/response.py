@@ -20,6 +20,7 @@ from judge.config import TrackerConfig
 from judge.detectors.base import LOOP_SCORE, SUSPICION_CAP, Finding, short
 from judge.detectors.suite import SINGLE_SCORE, Assessment, combine
 from judge.escalation import LLM_PATTERN, Ladder, LadderPolicy, LadderState, OverrideRecord
+from judge.escalation import Step as LadderStep
 from judge.history import Message
 from judge.llm_judge import JudgeOutcome
 from judge.memory import LoopMemory
@@ -166,23 +167,7 @@ class Responder:
                 self.memory.record_loop(finding)
             except (sqlite3.Error, OSError) as exc:
                 errors.append(self._memory_failed(exc))
-        found = for_finding(finding, step, budget=self.config.recovery_max_chars)
-        verdict = Verdict(
-            looping=True,
-            source=f"heuristic:{finding.detector}",
-            kind=finding.kind,
-            confidence=finding.score,
-            analysis=finding.summary,
-            evidence=list(finding.evidence),
-            action=step.action,
-            summary=found.summary,
-            explanation=found.explanation,
-            recovery_message=found.message,
-            pattern=finding.pattern,
-            errors=errors,
-            turn=turn,
-            suspicion=finding.score,
-        )
+        verdict = self._finding_verdict(finding, step, turn=turn, errors=errors)
         if step.failed_recovery:
             self.stats.recoveries_failed += 1
             verdict = self._remember_recovery(verdict, finding.pattern, succeeded=False)
@@ -192,6 +177,17 @@ class Responder:
         """The verdict the next detection of ``finding`` would get; records nothing
         (``check_call`` preflight and streaming)."""
         step = self.ladder.preview(finding.pattern)
+        return self._finding_verdict(finding, step, turn=turn, evidence=evidence)
+
+    def _finding_verdict(
+        self,
+        finding: Finding,
+        step: LadderStep,
+        *,
+        turn: int,
+        errors: list[str] | None = None,
+        evidence: bool = True,
+    ) -> Verdict:
         found = for_finding(finding, step, budget=self.config.recovery_max_chars)
         return Verdict(
             looping=True,
@@ -205,6 +201,7 @@ class Responder:
             explanation=found.explanation,
             recovery_message=found.message,
             pattern=finding.pattern,
+            errors=errors or [],
             turn=turn,
             suspicion=finding.score,
         )
