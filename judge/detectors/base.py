@@ -44,6 +44,9 @@ class Finding:
 
 @runtime_checkable
 class Detector(Protocol):
+    """``name`` keys its findings and saved state. A detector may also set
+    ``reads_messages = False`` to be given call steps only (the default is both)."""
+
     name: str
 
     def observe(self, event: Event) -> Finding | None:

@@ -21,6 +21,7 @@ class ExactRepeatDetector:
     """
 
     name = "exact_repeat"
+    reads_messages = False  # it reasons about call steps only
     # Attributes that make up the detector's state (serialized by LoopTracker.state).
     STATE = (
         "_signature",

@@ -36,6 +36,7 @@ def _request_text(step: Step) -> str | None:
 
 class RepeatedRequestDetector:
     name = "repeated_request"
+    reads_messages = False  # it reasons about call steps only
     # Attributes that make up the detector's state (serialized by LoopTracker.state).
     STATE = ("_requests", "_current")
 

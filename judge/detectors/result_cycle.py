@@ -27,6 +27,7 @@ class ResultCycleDetector:
     and whack-a-mole: error A, a fix, error B, a fix, error A again (same tool)."""
 
     name = "result_cycle"
+    reads_messages = False  # it reasons about call steps only
     # Attributes that make up the detector's state (serialized by LoopTracker.state).
     STATE = ("_key", "_signatures", "_evidence", "_errors", "_whack", "_current")
 

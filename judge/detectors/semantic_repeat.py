@@ -61,6 +61,7 @@ def request_text(step: Step) -> str | None:
 
 class SemanticRepeatDetector:
     name = "semantic_repeat"
+    reads_messages = False  # it reasons about call steps only
     # Attributes that make up the detector's state (serialized by LoopTracker.state).
     STATE = ("_requests", "_current")
 

@@ -30,6 +30,7 @@ class SimilarRetryDetector:
     """
 
     name = "similar_retry"
+    reads_messages = False  # it reasons about call steps only
     # Attributes that make up the detector's state (serialized by LoopTracker.state).
     STATE = ("_steps", "_current")
 
