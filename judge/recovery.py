@@ -238,18 +238,3 @@ def for_judge(
         f"LLM judge ({call.model}, {confidence:.2f}): {analysis}",
     )
     return Recovery(summary, explanation, message)
-
-
-# -- the earlier two-level API, kept for callers that only want (summary, message) -------------
-
-
-def from_judge(call: JudgeCall) -> tuple[str, str]:
-    """(summary, recovery message) for a first loop the LLM judge found."""
-    found = for_judge(call)
-    return found.summary, found.message
-
-
-def from_finding(finding: Finding) -> tuple[str, str]:
-    """(summary, recovery message) for a first loop a heuristic detector found."""
-    found = for_finding(finding)
-    return found.summary, found.message
