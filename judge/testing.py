@@ -1,0 +1,202 @@
+"""Test doubles for code that uses loop-judge: a judge model that answers from a script.
+
+Testing an agent's loop handling against a real judge model is slow, costs money and is
+not repeatable; testing it with no judge at all leaves the judge path (schedule, confirm
+stage, budgets, the ``llm`` verdicts) untested. `ScriptedJudge` sits in between: it is an
+`LLMClient` (what ``LoopTracker(config, client=...)`` takes) that answers every judge call
+from a Python callable or a list of confidences, in the exact reply shape a real judge must
+produce, and records what it was asked so a test can assert on it. It sends nothing over
+the network and never imports litellm.
+
+    judge = ScriptedJudge(lambda request: 0.95 if request.newest_index >= 12 else 0.1)
+    tracker = LoopTracker(TrackerConfig(fast_model=SCRIPTED_FAST_MODEL), client=judge)
+
+A tracker only asks a judge when ``fast_model`` is set; the model names are passed through
+to the script (``request.model``) and never resolved, so any string works.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from judge._llm import ModelReply
+from judge.assessment import ANALYSIS_KEY, CONFIDENCE_KEY
+from judge.errors import JudgeError, JudgeOutputError
+
+__all__ = [
+    "SCRIPTED_CONFIRM_MODEL",
+    "SCRIPTED_FAST_MODEL",
+    "Answer",
+    "JudgeRequest",
+    "ScriptedCall",
+    "ScriptedJudge",
+    "transcript_records",
+]
+
+# Model names for configs that use a scripted judge. The "scripted/" prefix cannot be
+# mistaken for a litellm model string in a report, and a tracker built with them but
+# without a client would fail on the first call instead of reaching a real provider.
+SCRIPTED_FAST_MODEL = "scripted/fast"
+SCRIPTED_CONFIRM_MODEL = "scripted/confirm"
+# Token estimate for the recorded usage: about 4 characters per token (OpenAI's rule of
+# thumb), so token budgets (max_judge_tokens) behave as they would with a real model.
+CHARS_PER_TOKEN = 4
+# The fences judge_user.md puts around the transcript, one JSON object per line between.
+_TRANSCRIPT_OPEN = "<transcript>"
+_TRANSCRIPT_CLOSE = "</transcript>"
+
+Answer = float | str | JudgeError
+"""What a script gives for one call: a confidence (0..1, sent as a schema-valid reply), a
+raw reply text (sent verbatim, to test malformed replies), or a `JudgeError` (raised, as a
+failed call: timeout, 429, ...)."""
+
+
+def transcript_records(messages: Iterable[dict[str, str]]) -> list[dict[str, Any]]:
+    """The history records in a judge prompt, oldest first.
+
+    Each record is what judge.transcript renders for one message: ``n`` (its index in the
+    agent's history), ``role``, and ``content``, ``calls`` or ``result_of`` when present.
+    A script that decides from these knows exactly what a real judge would be shown, and
+    nothing more. Returns [] for a prompt without a transcript.
+    """
+    text = "\n".join(m.get("content") or "" for m in messages if m.get("role") == "user")
+    start = text.find(_TRANSCRIPT_OPEN)
+    if start < 0:
+        return []
+    end = text.find(_TRANSCRIPT_CLOSE, start + len(_TRANSCRIPT_OPEN))
+    if end < 0:
+        return []
+    body = text[start + len(_TRANSCRIPT_OPEN) : end]
+    records = []
+    for line in body.splitlines():
+        if line.strip():
+            record = json.loads(line)
+            if isinstance(record, dict):
+                records.append(record)
+    return records
+
+
+@dataclass(frozen=True, slots=True)
+class JudgeRequest:
+    """One judge call as the scripted judge received it: what the script decides from."""
+
+    number: int
+    """1-based position among all calls this judge received."""
+    model: str
+    messages: list[dict[str, str]]
+
+    @property
+    def transcript(self) -> list[dict[str, Any]]:
+        """The history records the judge is shown (see `transcript_records`)."""
+        return transcript_records(self.messages)
+
+    @property
+    def indices(self) -> list[int]:
+        """History indices of the messages in the judge's window, oldest first."""
+        return [r["n"] for r in self.transcript if isinstance(r.get("n"), int)]
+
+    @property
+    def newest_index(self) -> int:
+        """History index of the newest message the judge is shown (-1: none)."""
+        return max(self.indices, default=-1)
+
+    @property
+    def prompt_chars(self) -> int:
+        return sum(len(m.get("content") or "") for m in self.messages)
+
+
+@dataclass(frozen=True, slots=True)
+class ScriptedCall:
+    """What one call got: the request, and the confidence answered or the error raised."""
+
+    request: JudgeRequest
+    confidence: float | None = None
+    reply: str | None = None
+    error: str | None = None
+
+    @property
+    def model(self) -> str:
+        return self.request.model
+
+
+Script = Callable[[JudgeRequest], Answer]
+
+
+@dataclass
+class ScriptedJudge:
+    """An `LLMClient` whose answers come from ``script``, with every call recorded.
+
+    ``script`` is either a callable taking a `JudgeRequest` and returning an `Answer`, or
+    a list of answers used one per call in order (fast and confirm calls alike). When the
+    list runs out, ``default`` answers the remaining calls; without a default the call
+    fails with a `JudgeOutputError`, which the tracker records on the verdict, so a test
+    that asked more than it scripted sees it in ``verdict.errors`` instead of a silently
+    repeated answer. A confidence outside 0..1 (or NaN) is a bug in the test and raises
+    ``ValueError`` at once.
+    """
+
+    script: Script | list[Answer]
+    default: Answer | None = None
+    analysis: str = "scripted judge"
+    calls: list[ScriptedCall] = field(default_factory=list)
+    _position: int = field(default=0, init=False, repr=False)
+
+    def calls_to(self, model: str) -> list[ScriptedCall]:
+        """The calls made to one model (e.g. the confirm stage only)."""
+        return [c for c in self.calls if c.model == model]
+
+    @property
+    def confidences(self) -> list[float | None]:
+        """The confidence answered on each call, None where the call failed."""
+        return [c.confidence for c in self.calls]
+
+    def _next(self, request: JudgeRequest) -> Answer:
+        if callable(self.script):
+            return self.script(request)
+        if self._position < len(self.script):
+            answer = self.script[self._position]
+            self._position += 1
+            return answer
+        if self.default is not None:
+            return self.default
+        raise JudgeOutputError(
+            f"scripted judge: script of {len(self.script)} answers exhausted at call "
+            f"{request.number}",
+            model=request.model,
+        )
+
+    async def complete(
+        self, model: str, messages: list[dict[str, str]], *, schema: dict[str, Any]
+    ) -> ModelReply:
+        request = JudgeRequest(number=len(self.calls) + 1, model=model, messages=messages)
+        try:
+            answer = self._next(request)
+            if isinstance(answer, JudgeError):
+                raise answer
+        except JudgeError as exc:
+            self.calls.append(ScriptedCall(request, error=f"{type(exc).__name__}: {exc}"))
+            raise
+        confidence: float | None = None
+        if isinstance(answer, str):
+            content = answer
+        else:
+            confidence = float(answer)
+            if not math.isfinite(confidence) or not 0.0 <= confidence <= 1.0:
+                raise ValueError(f"scripted confidence must be within 0..1, got {answer!r}")
+            analysis = f"{self.analysis}: call {request.number}, window ends at message " + str(
+                request.newest_index
+            )
+            content = json.dumps({ANALYSIS_KEY: analysis, CONFIDENCE_KEY: confidence})
+        self.calls.append(ScriptedCall(request, confidence=confidence, reply=content))
+        return ModelReply(
+            content=content,
+            finish_reason="stop",
+            prompt_tokens=request.prompt_chars // CHARS_PER_TOKEN,
+            completion_tokens=max(1, len(content) // CHARS_PER_TOKEN),
+            cost_usd=0.0,
+            attempts=1,
+        )
