@@ -6,16 +6,26 @@ from judge.detectors.base import LOOP_SCORE, Finding, short
 from judge.detectors.text_repetition import degenerate
 from judge.verdict import LoopKind
 
-# Only the tail of a long response is rescanned: a degenerate response repeats its last
-# sentences, and a bounded tail keeps each chunk O(1).
+# Only the tail of the response's prose is rescanned: a degenerate response repeats its
+# last sentences, and a bounded tail keeps each chunk O(chunk).
 TAIL_CHARS = 4000
-# Rescan after this much new text: a sentence or so, not every token.
+# Rescan after this much new prose: a sentence or so, not every token.
 RESCAN_CHARS = 80
+# A code fence. Its state is tracked as chunks arrive: once the opening fence of a long
+# block has left the kept tail, the text alone cannot tell code from prose.
+FENCE = "```"
 
 
 class StreamMonitor:
+    """Feeds the prose of a streamed response (fenced code left out) to `degenerate`.
+
+    ``_text`` holds only text outside code fences; ``_in_fence`` says whether the stream
+    is inside one; ``_carry`` holds trailing backticks that may be the start of a fence
+    marker split across chunks.
+    """
+
     name = "text_repetition"
-    STATE = ("_text", "_since_scan", "_fired")
+    STATE = ("_text", "_since_scan", "_fired", "_in_fence", "_carry")
 
     def __init__(self) -> None:
         self.reset()
@@ -24,12 +34,44 @@ class StreamMonitor:
         self._text = ""
         self._since_scan = 0
         self._fired = False
+        self._in_fence = False
+        self._carry = ""
+
+    def _prose(self, chunk: str) -> str:
+        """The part of ``chunk`` outside code fences, updating the fence state.
+
+        One pass of ``str.find`` over the chunk (and at most two carried backticks).
+        """
+        data = self._carry + chunk
+        # Up to two trailing backticks may be the start of a marker: keep them for the
+        # next chunk (three or more are a whole marker, found below).
+        keep = len(data) - len(data.rstrip("`"))
+        self._carry = data[len(data) - keep :] if 0 < keep < len(FENCE) else ""
+        if self._carry:
+            data = data[: len(data) - keep]
+        parts: list[str] = []
+        pos = 0
+        while True:
+            at = data.find(FENCE, pos)
+            if at < 0:
+                if not self._in_fence:
+                    parts.append(data[pos:])
+                break
+            if not self._in_fence:
+                parts.append(data[pos:at])
+                parts.append("\n")  # the block ends a sentence
+            self._in_fence = not self._in_fence
+            pos = at + len(FENCE)
+        return "".join(parts)
 
     def feed(self, chunk: str) -> Finding | None:
         if not isinstance(chunk, str) or not chunk or self._fired:
             return None
-        self._text = (self._text + chunk)[-TAIL_CHARS:]
-        self._since_scan += len(chunk)
+        new = self._prose(chunk)
+        if not new:
+            return None
+        self._text = (self._text[-TAIL_CHARS:] + new[-TAIL_CHARS:])[-TAIL_CHARS:]
+        self._since_scan += len(new)
         if self._since_scan < RESCAN_CHARS:
             return None
         self._since_scan = 0

@@ -23,8 +23,19 @@ COMPARE_CHARS = 1500
 WINDOW = 6
 # One message repeating a sentence this many times is degenerate.
 SENTENCE_REPEATS = 3
-# Sentences shorter than this ("Done.", "Yes, sure.") repeat legitimately.
+# Sentences shorter than this ("Done.", "Yes, sure.") repeat legitimately ...
 MIN_SENTENCE_CHARS = 12
+# ... unless one fills a run of this many in a row, nothing else between: "Done. Done.
+# Done. ..." A reply may echo a word or two for effect ("No. No. No."), and checklists
+# confirm a handful of items ("OK. OK. OK. OK."); eight in a row is twice the longest
+# such run we could think of, still caught within a line or two of degenerate output.
+SHORT_SENTENCE_RUN = 8
+# A short message (under MIN_CHARS) said this many times in a row (no other assistant
+# message, no tool call and no new tool result between) is a loop. The long-message rule
+# flags the 3rd near-identical message (balanced preset); short replies are identical far
+# more often by chance ("Done.", "You're welcome!" after each thank-you, two or three
+# times in real chats), so they need more: five is the smallest run past that.
+SHORT_MESSAGE_REPEATS = 5
 
 # Questions re-asked: the same request for information, at least this alike (0..100,
 # token-set ratio: "... reference?" and "... reference so I can look it up?" match).
@@ -35,12 +46,17 @@ MIN_QUESTION_CHARS = 20
 QUESTION_EARLIER = 3
 # Result keys remembered to tell new information from old.
 SEEN_RESULTS = 64
+# Message indices cited for a run of short messages: enough to show it, bounded.
+MAX_RUN_EVIDENCE = 12
 
 _QUESTION = re.compile(r"[^.!?\n]*\?")
 _FENCE = re.compile(r"```.*?(?:```|$)", re.DOTALL)
 _SENTENCE_SPLIT = re.compile(r"(?<=[.!?])\s+|\n+")
 _WORD_STUTTER = re.compile(r"\b(\w{2,})(?:\s+\1\b){2,}", re.IGNORECASE)
 _STRUCTURED_LINE = re.compile(r"^\s*(?:\||[-*+]\s|\d+[.)]\s|#)")
+# A short sentence counts towards a run only if it has a letter or digit: a run of "}" or
+# "..." lines is layout, not speech.
+_WORDY = re.compile(r"\w")
 
 
 def prose(text: str) -> str:
@@ -57,10 +73,18 @@ def degenerate(text: str) -> tuple[str, int] | None:
     if stutter:
         return stutter.group(0), len(stutter.group(0).split())
     counts: dict[str, int] = {}
+    run_unit, run = "", 0  # the short sentence repeating right now, and how often
     for sentence in _SENTENCE_SPLIT.split(body):
         norm = " ".join(sentence.lower().split())
-        if len(norm) < MIN_SENTENCE_CHARS:
+        if not norm:
             continue
+        if len(norm) < MIN_SENTENCE_CHARS:
+            run = run + 1 if norm == run_unit else 1
+            run_unit = norm
+            if run >= SHORT_SENTENCE_RUN and _WORDY.search(norm):
+                return norm, run
+            continue
+        run_unit, run = "", 0
         counts[norm] = counts.get(norm, 0) + 1
         if counts[norm] >= SENTENCE_REPEATS:
             return norm, counts[norm]
@@ -81,7 +105,7 @@ class TextRepetitionDetector:
 
     name = "text_repetition"
     # Attributes that make up the detector's state (serialized by LoopTracker.state).
-    STATE = ("_recent", "_asked", "_seen", "_epoch", "_current")
+    STATE = ("_recent", "_asked", "_seen", "_epoch", "_current", "_run")
 
     def __init__(self, similarity: float, min_repeats: int) -> None:
         self._similarity = similarity * 100
@@ -94,6 +118,8 @@ class TextRepetitionDetector:
         self._seen: deque[str] = deque(maxlen=SEEN_RESULTS)
         self._epoch = 0
         self._current: Finding | None = None
+        # (text, epoch, count, indices) of the short message repeating in a row right now
+        self._run: tuple[str, int, int, tuple[int, ...]] | None = None
 
     def observe(self, event: Event) -> Finding | None:
         if isinstance(event, Step):
@@ -106,7 +132,9 @@ class TextRepetitionDetector:
         self._current = None
         text = " ".join(event.content.split())
         if len(text) < MIN_CHARS:
-            return None
+            self._current = self._in_a_row(event, text)
+            return self._current
+        self._run = None  # a longer message breaks a run of short ones
         # Every check runs (each keeps its own memory); the strongest one speaks.
         found = [
             f
@@ -115,6 +143,36 @@ class TextRepetitionDetector:
         ]
         self._current = max(found, key=lambda f: f.score) if found else None
         return self._current
+
+    def _in_a_row(self, msg: Message, text: str) -> Finding | None:
+        """A short message said again, verbatim, right after itself with nothing new.
+
+        A message with tool calls is an action, judged by the call detectors; it breaks
+        the run, as does any other assistant message or a tool result with new data.
+        """
+        if not text or msg.tool_calls:
+            self._run = None
+            return None
+        run = self._run
+        if run is not None and run[0] == text and run[1] == self._epoch:
+            count, indices = run[2] + 1, (*run[3], msg.index)[-MAX_RUN_EVIDENCE:]
+        else:
+            count, indices = 1, (msg.index,)
+        self._run = (text, self._epoch, count, indices)
+        if count < 2:
+            return None
+        needed = max(SHORT_MESSAGE_REPEATS, self._min_repeats + 1)
+        looping = count >= needed
+        score = LOOP_SCORE if looping else SUSPICION_CAP * (count - 1) / (needed - 1)
+        return Finding(
+            detector=self.name,
+            kind=LoopKind.TEXT_REPETITION,
+            score=round(score, 3),
+            evidence=indices,
+            summary=f"assistant said {text!r} {count}x in a row with nothing new between",
+            pattern=f"text:{short(text.lower(), 60)}",
+            details={"text": text, "count": count},
+        )
 
     def _reasked(self, msg: Message) -> Finding | None:
         asked = questions(msg.content)
