@@ -16,7 +16,14 @@ Counting rules, chosen so the ladder is predictable and documented in one place:
 - A loop verdict opens a recovery attempt for its pattern. No detection of that pattern for
   ``recovery_turns`` turns closes it as a recovery; a detection before that closes it as a
   failed recovery (and opens the next attempt). A pattern flagged again after it was
-  escaped keeps its count: relapsing is exactly what the higher rungs are for.
+  escaped keeps its count: relapsing is exactly what the higher rungs are for. The LLM
+  judge's pattern is the exception: the judge is asked every 5-15 turns, so silence proves
+  nothing; its attempt closes as a recovery only when a later check finds no loop.
+- A verdict is tied to its evidence. The ladder remembers the newest message a loop
+  verdict cited (``acted_through``); a finding that cites nothing newer is the loop already
+  answered, not a new repeat, and must not flag again (`Ladder.stale`). So the ladder climbs
+  only when the agent repeats the pattern after it was told, and an agent that obeys the
+  recovery message is never pushed towards ``stop``.
 """
 
 from __future__ import annotations
@@ -131,6 +138,9 @@ class LadderState(BaseModel):
     failed_recoveries: int = 0
     patterns: dict[str, PatternState] = Field(default_factory=dict)
     overrides: list[OverrideRecord] = Field(default_factory=list)
+    acted_through: int = Field(
+        default=-1, description="newest message index a loop verdict cited (-1: none yet)"
+    )
 
 
 class LadderPolicy(BaseModel):
@@ -184,6 +194,8 @@ class Ladder:
         detection; returns their patterns (each counted as a recovery)."""
         recovered = []
         for pattern, entry in self.state.patterns.items():
+            if pattern == LLM_PATTERN:
+                continue  # closed by `cleared`, when a later check finds no loop
             clean = self.state.turn - entry.last_turn
             if entry.awaiting_recovery and clean >= self.policy.recovery_turns:
                 entry.awaiting_recovery = False
@@ -191,6 +203,36 @@ class Ladder:
                 self.state.recoveries += 1
                 recovered.append(pattern)
         return recovered
+
+    def cleared(self, pattern: str) -> bool:
+        """A check found no loop of ``pattern``: close its open recovery attempt as a
+        recovery. Returns whether one was open."""
+        entry = self.state.patterns.get(pattern)
+        if entry is None or not entry.awaiting_recovery:
+            return False
+        entry.awaiting_recovery = False
+        entry.recoveries += 1
+        self.state.recoveries += 1
+        return True
+
+    # -- evidence ------------------------------------------------------------------------
+
+    def stale(self, evidence: Sequence[int]) -> bool:
+        """Whether a finding citing ``evidence`` was already answered by a loop verdict.
+
+        A finding that cites no message cannot be tied to one and is never stale.
+        """
+        return bool(evidence) and max(evidence) <= self.state.acted_through
+
+    def acted(self, evidence: Sequence[int]) -> None:
+        """A loop verdict cited ``evidence``: what it shows is now answered."""
+        if evidence:
+            self.state.acted_through = max(self.state.acted_through, max(evidence))
+
+    def rewound(self, last_index: int) -> None:
+        """The history was rewritten and re-read up to ``last_index``: everything re-read
+        stays answered, and anything after it is new (a shorter history shifts indices)."""
+        self.state.acted_through = min(self.state.acted_through, last_index)
 
     # -- detections ----------------------------------------------------------------------
 

@@ -1,9 +1,19 @@
-"""Turn OpenAI-format chat messages into frozen, validated `Message` records.
+"""Turn chat messages into frozen, validated `Message` records.
 
 This is the only place that knows the wire shape of a conversation; everything downstream
-(detectors, the judge transcript) sees `Message` and `ToolCall`. Validation is strict about
-structure (a clear `HistoryError` beats a KeyError deep in a detector) and lenient about
-content (None, lists of parts, non-JSON arguments, any Unicode).
+(detectors, the judge transcript) sees `Message` and `ToolCall`. Two wire formats are read
+natively, because agents hand us whatever their model API speaks:
+
+- OpenAI chat completions: ``tool_calls`` on assistant messages, ``tool`` role results.
+- Anthropic Messages: ``tool_use`` blocks in assistant content and ``tool_result`` blocks
+  (with ``is_error``) in user content. A user message of tool results becomes one ``tool``
+  message per block, so detectors and the turn count see results, not a new prompt; text
+  that rides along with the results becomes a user message named ``observation``.
+  ``thinking`` / ``redacted_thinking`` blocks are private reasoning and are left out.
+
+Validation is strict about structure (a clear `HistoryError` beats a KeyError deep in a
+detector) and lenient about content (None, lists of parts, non-JSON arguments, any
+Unicode).
 """
 
 from __future__ import annotations
@@ -40,7 +50,12 @@ class ToolCall:
 
 @dataclass(frozen=True, slots=True)
 class Message:
-    """A normalized chat message; ``index`` is its position in the history passed in."""
+    """A normalized chat message; ``index`` is its position in the history passed in.
+
+    One raw message can give several records (an Anthropic user message carrying parallel
+    tool results): they share the raw message's ``index``. ``is_error`` is the tool's own
+    failure flag (Anthropic ``is_error``), which beats reading the result's text.
+    """
 
     index: int
     role: str
@@ -48,6 +63,17 @@ class Message:
     name: str | None = None
     tool_calls: tuple[ToolCall, ...] = ()
     tool_call_id: str | None = None
+    is_error: bool = False
+
+
+# The ``name`` given to text that arrives in the user role but is not a person's words: the
+# text beside Anthropic tool results here, ATIF observations (judge/adapters/atif.py).
+OBSERVATION_NAME = "observation"
+# Content block types of the Anthropic Messages API that carry calls and results.
+_TOOL_USE = "tool_use"
+_TOOL_RESULT = "tool_result"
+# Reasoning blocks: the model's private scratchpad, neither shown to the judge nor compared.
+_REASONING_BLOCKS = frozenset({"thinking", "redacted_thinking"})
 
 
 def _clean_text(text: str) -> str:
@@ -85,6 +111,8 @@ def _content_text(content: Any, index: int) -> str:
                 continue
             part = _as_mapping(part, index) if not isinstance(part, Mapping) else part
             kind = part.get("type", "text")
+            if kind in _REASONING_BLOCKS:
+                continue
             if kind == "text" or "text" in part:
                 text = part.get("text")
                 if not isinstance(text, str):
@@ -204,6 +232,110 @@ def normalize_message(raw: Any, index: int) -> Message:
     )
 
 
+def _parts(content: Any, index: int) -> list[Any] | None:
+    """The content's parts when it is a list of blocks, each as a mapping (or a bare
+    string), so the Anthropic block types can be told apart; None for any other content."""
+    if not isinstance(content, Sequence) or isinstance(content, (str, bytes, bytearray)):
+        return None
+    return [p if isinstance(p, (str, Mapping)) else _as_mapping(p, index) for p in content]
+
+
+def _block_type(part: Any) -> Any:
+    return part.get("type") if isinstance(part, Mapping) else None
+
+
+def _tool_use_as_call(part: Mapping[str, Any], index: int, position: int) -> dict[str, Any]:
+    """An Anthropic ``tool_use`` block as an OpenAI-shaped call, so one validator reads both."""
+    field = f"content[{position}]"
+    name = part.get("name")
+    if not isinstance(name, str) or not name:
+        raise HistoryError("tool_use block without a name", index=index, field=f"{field}.name")
+    call_id = part.get("id")
+    if call_id is not None and not isinstance(call_id, str):
+        raise HistoryError("tool_use id must be a string", index=index, field=f"{field}.id")
+    return {"id": call_id, "function": {"name": name, "arguments": part.get("input", {})}}
+
+
+def _assistant_blocks(data: Mapping[str, Any], parts: list[Any], index: int) -> Message:
+    if data.get("role") != "assistant":
+        raise HistoryError(
+            "tool_use blocks belong in assistant messages", index=index, field="content"
+        )
+    calls = [
+        _tool_use_as_call(part, index, position)
+        for position, part in enumerate(parts)
+        if _block_type(part) == _TOOL_USE
+    ]
+    text = [part for part in parts if _block_type(part) != _TOOL_USE]
+    openai_calls = data.get("tool_calls") or []
+    if not isinstance(openai_calls, Sequence) or isinstance(openai_calls, (str, bytes)):
+        raise HistoryError("tool_calls must be a list", index=index, field="tool_calls")
+    merged = {**data, "content": text, "tool_calls": [*openai_calls, *calls]}
+    return normalize_message(merged, index)
+
+
+def _tool_result_blocks(data: Mapping[str, Any], parts: list[Any], index: int) -> list[Message]:
+    """One ``tool`` message per ``tool_result`` block, then the text beside them (if any)
+    as an observation: a harness's note next to results is not a person's new prompt."""
+    if data.get("role") != "user":
+        raise HistoryError(
+            "tool_result blocks belong in user messages", index=index, field="content"
+        )
+    results: list[Message] = []
+    others: list[Any] = []
+    for position, part in enumerate(parts):
+        if _block_type(part) != _TOOL_RESULT:
+            others.append(part)
+            continue
+        field = f"content[{position}]"
+        call_id = part.get("tool_use_id")
+        if not isinstance(call_id, str) or not call_id:
+            raise HistoryError(
+                "tool_result block without tool_use_id", index=index, field=f"{field}.tool_use_id"
+            )
+        is_error = part.get("is_error")
+        if is_error is not None and not isinstance(is_error, bool):
+            raise HistoryError(
+                f"is_error must be true, false or absent, got {is_error!r}",
+                index=index,
+                field=f"{field}.is_error",
+            )
+        try:
+            text = _content_text(part.get("content"), index)
+        except HistoryError as exc:
+            raise HistoryError(exc.reason, index=index, field=f"{field}.content") from None
+        results.append(
+            Message(
+                index=index,
+                role="tool",
+                content=text,
+                tool_call_id=_clean_text(call_id),
+                is_error=bool(is_error),
+            )
+        )
+    note = _content_text(others, index) if others else ""
+    if note.strip():
+        results.append(Message(index=index, role="user", content=note, name=OBSERVATION_NAME))
+    return results
+
+
+def normalize_entry(raw: Any, index: int) -> list[Message]:
+    """Every normalized message in one raw history entry (usually exactly one).
+
+    Reads OpenAI chat and Anthropic Messages shapes alike (see the module docstring);
+    raises `HistoryError` naming the entry and the field that is wrong.
+    """
+    data = _as_mapping(raw, index)
+    parts = _parts(data.get("content"), index)
+    if parts is not None:
+        kinds = {_block_type(part) for part in parts}
+        if _TOOL_RESULT in kinds:
+            return _tool_result_blocks(data, parts, index)
+        if _TOOL_USE in kinds:
+            return [_assistant_blocks(data, parts, index)]
+    return [normalize_message(data, index)]
+
+
 def ensure_sequence(history: Any) -> Sequence[Any]:
     """Reject a history that is not a list-like of messages, naming what it got instead."""
     if isinstance(history, (str, bytes, bytearray, Mapping)) or not isinstance(history, Sequence):
@@ -214,7 +346,7 @@ def ensure_sequence(history: Any) -> Sequence[Any]:
 def normalize_history(history: Any) -> list[Message]:
     """Normalize a whole history; for callers that do not need incremental processing."""
     seq = ensure_sequence(history)
-    return [normalize_message(m, i) for i, m in enumerate(seq)]
+    return [msg for i, raw in enumerate(seq) for msg in normalize_entry(raw, i)]
 
 
 class HistoryCursor:
@@ -257,7 +389,7 @@ class HistoryCursor:
         raw = history[self._seen - 1]
         if raw is self._last_raw:
             return True
-        return normalize_message(raw, self._seen - 1) == self._last
+        return normalize_entry(raw, self._seen - 1)[-1:] == [self._last]
 
     def advance(self, history: Any) -> tuple[list[Message], bool]:
         """Return (new messages, rewound) and mark them seen.
@@ -268,7 +400,7 @@ class HistoryCursor:
         seq = ensure_sequence(history)
         rewound = not self._unchanged(seq)
         start = 0 if rewound else self._seen
-        new = [normalize_message(seq[i], i) for i in range(start, len(seq))]
+        new = [msg for i in range(start, len(seq)) for msg in normalize_entry(seq[i], i)]
         if new:
             self._seen = len(seq)
             self._last = new[-1]

@@ -27,7 +27,7 @@ from judge.memory import LoopMemory
 from judge.recovery import for_finding, for_judge
 from judge.stats import TrackerStats
 from judge.telemetry import Telemetry
-from judge.verdict import Action, Verdict
+from judge.verdict import Action, LoopKind, Verdict
 
 logger = logging.getLogger("judge.response")
 
@@ -107,18 +107,20 @@ class Responder:
         self._shown_suspicion = 0.0
 
     def adjust(self, found: Assessment) -> Assessment:
-        """The detectors' assessment after overrides and memory.
+        """The detectors' assessment after overrides, answered evidence and memory.
 
         A silenced pattern neither flags nor brings the judge forward, but its score still
-        shows as the verdict's suspicion. A pattern the memory knows has its sub-threshold
-        score raised to the suspicion cap (an early judge check), or with
-        ``memory_lowers_threshold`` flags one repeat early.
+        shows as the verdict's suspicion. A finding that cites only evidence a loop verdict
+        already answered (`Ladder.stale`) is dropped the same way: the agent was told, and
+        it must do the thing again before it is flagged again. A pattern the memory knows
+        has its sub-threshold score raised to the suspicion cap (an early judge check), or
+        with ``memory_lowers_threshold`` flags one repeat early.
         """
         self._shown_suspicion = found.suspicion
         changed = False
         active: list[Finding] = []
         for finding in found.findings:
-            if self.ladder.silenced(finding.pattern):
+            if self.ladder.silenced(finding.pattern) or self.ladder.stale(finding.evidence):
                 changed = True
                 continue
             boosted = self._boost(finding)
@@ -161,6 +163,7 @@ class Responder:
 
     def heuristic_verdict(self, finding: Finding, *, turn: int) -> Verdict:
         step = self.ladder.escalate(finding.pattern, label=finding.summary, kind=finding.kind)
+        self.ladder.acted(finding.evidence)
         errors: list[str] = []
         if self.memory is not None:
             try:
@@ -175,7 +178,10 @@ class Responder:
 
     def preview_verdict(self, finding: Finding, *, turn: int, evidence: bool = True) -> Verdict:
         """The verdict the next detection of ``finding`` would get; records nothing
-        (``check_call`` preflight and streaming)."""
+        (``check_call`` preflight and streaming). A pattern a person overrode is not a
+        loop here either: one override, one policy, at every entry point."""
+        if self.ladder.silenced(finding.pattern):
+            return Verdict(turn=turn, suspicion=min(finding.score, SUSPICION_CAP))
         step = self.ladder.preview(finding.pattern)
         return self._finding_verdict(finding, step, turn=turn, evidence=evidence)
 
@@ -207,9 +213,15 @@ class Responder:
         )
 
     def judge_verdict(
-        self, outcome: JudgeOutcome, *, suspicion: float, turn: int, recent: Iterable[Message]
+        self,
+        outcome: JudgeOutcome,
+        *,
+        found: Assessment,
+        turn: int,
+        recent: Iterable[Message],
     ) -> Verdict:
         deciding = outcome.deciding
+        suspicion = found.suspicion
         common: dict[str, Any] = {
             "source": "llm",
             "judge_calls": outcome.calls,
@@ -219,10 +231,16 @@ class Responder:
             "confidence": deciding.confidence if deciding else None,
             "analysis": deciding.analysis if deciding else None,
         }
+        if deciding is not None and not outcome.looping and self.ladder.cleared(LLM_PATTERN):
+            self.stats.recoveries_succeeded += 1
         if not outcome.looping or deciding is None or self.ladder.silenced(LLM_PATTERN):
             return Verdict(**common)
         label = "no progress (LLM judge): " + short(deciding.analysis or "-", 80)
-        step = self.ladder.escalate(LLM_PATTERN, label=label)
+        # The judge names no mechanism; the strongest heuristic signal under it does, and
+        # without one, no progress in spite of varied actions is what "cognitive" means.
+        kind = found.findings[0].kind if found.findings else LoopKind.COGNITIVE
+        step = self.ladder.escalate(LLM_PATTERN, label=label, kind=kind)
+        self.ladder.acted(outcome.evidence)
         found = for_judge(
             deciding, step, evidence=outcome.evidence,
             recent_calls=recent_calls(recent, self.config.history_messages),
@@ -232,6 +250,7 @@ class Responder:
             self.stats.recoveries_failed += 1
         return Verdict(
             looping=True,
+            kind=kind,
             evidence=outcome.evidence,
             action=step.action,
             summary=found.summary,

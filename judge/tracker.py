@@ -11,7 +11,6 @@ import dataclasses
 import logging
 from collections import deque
 from collections.abc import Sequence
-from hashlib import blake2b
 from typing import Any
 
 import anyio
@@ -24,12 +23,11 @@ from judge.config import TrackerConfig
 from judge.detectors.base import Detector, Finding
 from judge.detectors.exact_repeat import ExactRepeatDetector
 from judge.detectors.stream import StreamMonitor
-from judge.detectors.suite import DetectorSuite
+from judge.detectors.suite import Assessment, DetectorSuite
 from judge.errors import HistoryError
 from judge.escalation import LadderState, OverrideRecord
 from judge.history import HistoryCursor, Message, canonical_arguments
 from judge.llm_judge import JudgeOutcome, TwoStageJudge
-from judge.recovery import RECOVERY_FENCE
 from judge.redaction import Redactor
 from judge.response import LoopCallback, Responder
 from judge.schedule import Schedule
@@ -37,6 +35,7 @@ from judge.state import STATE_VERSION, BreakerSnapshot, ScheduleState, TrackerSt
 from judge.stats import TrackerStats
 from judge.telemetry import Telemetry
 from judge.transcript import SCRUB_MARGIN, clip, fit_prompt, judge_window
+from judge.user_turns import UserMessageKind, classify_user, digest
 from judge.verdict import Verdict
 
 logger = logging.getLogger("judge.tracker")
@@ -46,6 +45,10 @@ logger = logging.getLogger("judge.tracker")
 RECENT_SLACK = 32
 # A suspicion at or above this brings the judge's check forward, even before turn 30.
 SUSPICION_SCORE = 0.5
+# After a loop verdict the judge only reads what came after the evidence it answered; it is
+# not asked until the agent has taken this many turns since (one fewer than the 5-turn
+# minimum interval, so a relapse is judged at the next scheduled check).
+FRESH_ASSISTANT_TURNS = 3
 
 
 def _for_judge(msg: Message, message_chars: int) -> Message:
@@ -301,11 +304,14 @@ class LoopTracker:
             early = self.config.early_checks and suspicion >= SUSPICION_SCORE
             if self._judge is None or not self._schedule.due(early=early):
                 return Verdict(turn=self.turn, suspicion=suspicion)
+            window = self._fresh_window()
+            if window is None:
+                return Verdict(turn=self.turn, suspicion=suspicion)
             skipped = self._check_skipped()
             if skipped is not None:
                 return Verdict(turn=self.turn, suspicion=suspicion, errors=[skipped])
-            outcome = await self._run_check()
-            return self._judge_verdict(outcome, suspicion)
+            outcome = await self._run_check(window)
+            return self._judge_verdict(outcome, found)
 
     def _ingest(self, history: Any) -> None:
         new, rewound = self._cursor.advance(history)
@@ -313,21 +319,24 @@ class LoopTracker:
             logger.info("history was rewritten; re-reading it from the start")
             self._recent.clear()
             self._suite.reset()
+            if new:
+                # What a verdict already answered stays answered when it is re-read.
+                self._responder.ladder.rewound(new[-1].index)
         for msg in new:
             if msg.role == "user":
-                self._on_user_message(msg, rewound)
+                self._on_user_message(msg)
             self._recent.append(_for_judge(msg, self.config.max_message_chars))
             self._suite.feed(msg)
 
-    def _on_user_message(self, msg: Message, rewound: bool) -> None:
-        if msg.content.lstrip().startswith(RECOVERY_FENCE):
-            # Our own recovery message, injected by the agent: not the user's task, and
-            # not a new prompt that would restart the turn count and the judge's schedule.
+    def _on_user_message(self, msg: Message) -> None:
+        # Only a person's new prompt becomes the task and restarts the turn count; our
+        # recovery message, tool output in the user role and a harness's repeated nudge do
+        # not (the rule is written down in judge/user_turns.py).
+        kind = classify_user(msg, self._user_seen)
+        if kind is UserMessageKind.RECOVERY or kind is UserMessageKind.OBSERVATION:
             return
-        key = blake2b(msg.content.encode("utf-8", "replace"), digest_size=12).hexdigest()
-        is_new = not rewound or key not in self._user_seen
-        self._user_seen.add(key)
-        if not is_new:
+        self._user_seen.add(digest(msg.content))
+        if kind is not UserMessageKind.PROMPT:
             return
         self._task = msg
         # Detector windows survive a new prompt on purpose: a user saying "try again" does
@@ -349,11 +358,25 @@ class LoopTracker:
             return skip_message(left, self._breaker.consecutive_failures)
         return None
 
-    async def _run_check(self) -> JudgeOutcome:
+    def _fresh_window(self) -> list[Message] | None:
+        """The judge's window, without what a loop verdict already answered; None while
+        too little has happened since for a new judgement (the check stays due)."""
+        window = judge_window(self._recent, self.config.history_messages)
+        answered = self._responder.ladder.state.acted_through
+        if answered < 0:
+            return window
+        fresh = [m for m in window if m.index > answered]
+        while fresh and fresh[0].role in ("tool", "function"):
+            fresh.pop(0)  # results whose call was answered already would read as orphans
+        if sum(m.role == "assistant" for m in fresh) < FRESH_ASSISTANT_TURNS:
+            return None
+        return fresh
+
+    async def _run_check(self, messages: list[Message]) -> JudgeOutcome:
         assert self._judge is not None
         cfg = self.config
         window, prompt = fit_prompt(
-            judge_window(self._recent, cfg.history_messages),
+            messages,
             self._task,
             message_chars=cfg.max_message_chars,
             task_chars=cfg.max_task_chars,
@@ -390,9 +413,9 @@ class LoopTracker:
     def _heuristic_verdict(self, finding: Finding) -> Verdict:
         return self._responder.heuristic_verdict(finding, turn=self.turn)
 
-    def _judge_verdict(self, outcome: JudgeOutcome, suspicion: float) -> Verdict:
+    def _judge_verdict(self, outcome: JudgeOutcome, found: Assessment) -> Verdict:
         return self._responder.judge_verdict(
-            outcome, suspicion=suspicion, turn=self.turn, recent=self._recent
+            outcome, found=found, turn=self.turn, recent=self._recent
         )
 
     # -- before a call, and while streaming -------------------------------------------
@@ -415,6 +438,7 @@ class LoopTracker:
         limit = detector.limit(name, failing)
         if count + 1 <= limit:
             return Verdict(turn=self.turn, suspicion=0.5 if count + 1 == limit else 0.0)
+        # The same verdict path as a turn's: an overridden pattern is not a loop here.
         finding = detector.preflight_finding(count + 1)
         return self._responder.preview_verdict(finding, turn=self.turn)
 
@@ -427,4 +451,5 @@ class LoopTracker:
         finding = self._stream.feed(text)
         if finding is None:
             return None
-        return self._responder.preview_verdict(finding, turn=self.turn, evidence=False)
+        verdict = self._responder.preview_verdict(finding, turn=self.turn, evidence=False)
+        return verdict if verdict.looping else None

@@ -152,7 +152,7 @@ async def test_metrics_count_turns_loops_and_judge_spend() -> None:
     lines = set(r.text.splitlines())
     assert "loop_judge_turns_total 3" in lines
     assert "loop_judge_judge_checks_total 1" in lines
-    assert 'loop_judge_loops_total{endpoint="turn",kind="unknown",source="llm"} 1' in lines
+    assert 'loop_judge_loops_total{endpoint="turn",kind="cognitive",source="llm"} 1' in lines
     assert 'loop_judge_judge_tokens_total{direction="prompt",model="fake/fast"} 100' in lines
     assert 'loop_judge_judge_cost_usd_total{model="fake/confirm"} 0.0001' in lines
     assert 'loop_judge_judge_latency_seconds_count{model="fake/fast",stage="fast"} 1' in lines

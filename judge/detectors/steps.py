@@ -63,7 +63,8 @@ class StepBuilder:
     def __init__(self) -> None:
         self._pending: list[ToolCall] = []
         self._pending_index = -1
-        self._results: dict[int, tuple[int, str]] = {}
+        # position -> (result index, text, the tool's own error flag)
+        self._results: dict[int, tuple[int, str, bool]] = {}
 
     def reset(self) -> None:
         self._pending = []
@@ -73,8 +74,9 @@ class StepBuilder:
     def _flush(self) -> list[Step]:
         steps = []
         for pos, call in enumerate(self._pending):
-            index, text = self._results.get(pos, (None, None))
-            outcome = classify(text)
+            index, text, is_error = self._results.get(pos, (None, None, False))
+            # The tool's own error flag beats reading the text: "0 rows" can be a failure.
+            outcome = Outcome.ERROR if is_error else classify(text)
             keyed = _without_arguments(text, call) if outcome.failed and text else text
             steps.append(
                 Step(call, self._pending_index, index, text, outcome, result_key(keyed, outcome))
@@ -106,7 +108,7 @@ class StepBuilder:
         if msg.role in ("tool", "function") and self._pending:
             pos = self._match(msg)
             if pos is not None:
-                self._results[pos] = (msg.index, msg.content)
+                self._results[pos] = (msg.index, msg.content, msg.is_error)
             if len(self._results) == len(self._pending):
                 return self._flush()
         return []

@@ -1,0 +1,83 @@
+"""The harness telling the agent the same thing again and again.
+
+Agents driven by a harness get corrective user messages when a reply cannot be run
+("Please provide exactly one bash block", "found 2 actions"), and text-only agents get
+their tool output in the user role. The same such message arriving several times in a row,
+with no new data in between, means the agent keeps making the same mistake: an error
+cycle, whatever the agent's own messages say.
+"""
+
+from __future__ import annotations
+
+from judge.detectors.base import LOOP_SCORE, Event, Finding, near_miss, short
+from judge.detectors.outcome import Outcome
+from judge.detectors.steps import Step
+from judge.user_turns import digest, is_recovery
+from judge.verdict import LoopKind
+
+# Identical user messages in a row that make a loop: the third time the harness has to
+# say the same thing, as with the tracker's failure limit of 3 identical failing calls.
+REPEATS = 3
+# Shorter messages ("continue", "go on") are a person's or an auto-continue harness's
+# nudges, which repeat while the agent works.
+MIN_CHARS = 20
+# Evidence kept per run: enough to cite the loop, bounded whatever its length.
+MAX_EVIDENCE = 12
+
+
+class RepeatedFeedbackDetector:
+    """Counts identical user-role messages in a row (our own recovery messages skipped).
+
+    A new successful tool result in between ends the run: a harness that says "continue"
+    after each productive step is not stuck.
+    """
+
+    name = "repeated_feedback"
+    STATE = ("_key", "_count", "_evidence", "_text", "_current")
+
+    def __init__(self, repeats: int = REPEATS) -> None:
+        self._repeats = repeats
+        self.reset()
+
+    def reset(self) -> None:
+        self._key: str | None = None
+        self._count = 0
+        self._evidence: tuple[int, ...] = ()
+        self._text = ""
+        self._current: Finding | None = None
+
+    def observe(self, event: Event) -> Finding | None:
+        if isinstance(event, Step):
+            if event.outcome is Outcome.OK:
+                self.reset()
+            return self._current
+        if event.role != "user" or is_recovery(event):
+            return self._current
+        text = " ".join(event.content.split())
+        if len(text) < MIN_CHARS:
+            self.reset()
+            return None
+        key = digest(text)
+        if key == self._key:
+            self._count += 1
+            self._evidence = (*self._evidence, event.index)[-MAX_EVIDENCE:]
+        else:
+            self._key, self._count, self._evidence, self._text = key, 1, (event.index,), text
+        self._current = self._assess()
+        return self._current
+
+    def _assess(self) -> Finding | None:
+        if self._count < 2:
+            return None
+        looping = self._count >= self._repeats
+        return Finding(
+            detector=self.name,
+            kind=LoopKind.ERROR_CYCLE,
+            score=LOOP_SCORE if looping else near_miss(self._count, self._repeats),
+            evidence=self._evidence,
+            summary=f"the same message came back {self._count}x in a row: "
+            f"{short(self._text, 60)!r}",
+            pattern=f"feedback:{short(self._text, 60)}",
+            details={"text": short(self._text, 200), "count": self._count,
+                     "limit": self._repeats - 1},
+        )
