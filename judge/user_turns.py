@@ -53,9 +53,7 @@ def is_recovery(msg: Message) -> bool:
 
 
 def is_observation(msg: Message) -> bool:
-    return msg.name == OBSERVATION_NAME or bool(
-        _OBSERVATION_HEAD.match(msg.content[:_HEAD_CHARS])
-    )
+    return msg.name == OBSERVATION_NAME or bool(_OBSERVATION_HEAD.match(msg.content[:_HEAD_CHARS]))
 
 
 def classify_user(msg: Message, seen: set[str]) -> UserMessageKind:

@@ -93,3 +93,59 @@ def looping_history(
         )
         history.append({"role": "tool", "tool_call_id": call_id, "content": f"content {i}"})
     return history
+
+
+class LiveAgent:
+    """A history grown the way an agent grows it, in either wire format, with the tracker
+    asked at the start of every turn and its recovery message appended when it flags.
+
+    ``fmt="anthropic"`` writes ``tool_use`` / ``tool_result`` content blocks instead of
+    OpenAI ``tool_calls`` and ``tool`` messages.
+    """
+
+    def __init__(
+        self, tracker: Any, *, task: str = "Where is my order?", fmt: str = "openai"
+    ) -> None:
+        self.tracker = tracker
+        self.fmt = fmt
+        self.history: list[dict[str, Any]] = [
+            {"role": "system", "content": "You are a support agent."},
+            {"role": "user", "content": task},
+        ]
+        self.verdicts: list[Any] = []
+        self._n = 0
+
+    def _call_id(self) -> str:
+        self._n += 1
+        return f"call_{self._n}"
+
+    def call(
+        self, name: str, args: dict[str, Any], result: str, *, is_error: bool = False
+    ) -> None:
+        cid = self._call_id()
+        if self.fmt == "anthropic":
+            self.history.append({"role": "assistant", "content": [
+                {"type": "tool_use", "id": cid, "name": name, "input": args}]})
+            block: dict[str, Any] = {"type": "tool_result", "tool_use_id": cid, "content": result}
+            if is_error:
+                block["is_error"] = True
+            self.history.append({"role": "user", "content": [block]})
+            return
+        self.history.append({"role": "assistant", "content": None, "tool_calls": [
+            {"id": cid, "type": "function",
+             "function": {"name": name, "arguments": json.dumps(args)}}]})
+        self.history.append({"role": "tool", "tool_call_id": cid, "content": result})
+
+    def say(self, text: str) -> None:
+        self.history.append({"role": "assistant", "content": text})
+
+    def user(self, text: str) -> None:
+        self.history.append({"role": "user", "content": text})
+
+    async def turn(self) -> Any:
+        """``turn_started``, then what the README tells agents to do with a loop verdict."""
+        verdict = await self.tracker.turn_started(self.history)
+        self.verdicts.append(verdict)
+        if verdict:
+            self.user(verdict.recovery_message)
+        return verdict

@@ -78,6 +78,9 @@ class RepeatedFeedbackDetector:
             summary=f"the same message came back {self._count}x in a row: "
             f"{short(self._text, 60)!r}",
             pattern=f"feedback:{short(self._text, 60)}",
-            details={"text": short(self._text, 200), "count": self._count,
-                     "limit": self._repeats - 1},
+            details={
+                "text": short(self._text, 200),
+                "count": self._count,
+                "limit": self._repeats - 1,
+            },
         )

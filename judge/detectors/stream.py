@@ -86,6 +86,8 @@ class StreamMonitor:
             score=LOOP_SCORE,
             evidence=(),
             summary=f"the response being streamed repeats itself: {short(unit, 60)!r} x{count}",
-            pattern=f"stream:{short(unit, 60)}",
+            # The same pattern as a finished message's degenerate text, so a person's
+            # override of one silences the other (one override, every entry point).
+            pattern=f"degenerate:{short(unit, 60)}",
             details={"text": short(unit, 200), "count": count},
         )

@@ -1,0 +1,336 @@
+"""The live loop after a flag: the agent gets the recovery message and reacts.
+
+Each test drives the tracker the way an agent does (README): ``turn_started`` at the start
+of every turn, the recovery message appended as a user message when it flags, the agent's
+reaction appended after it. Regression tests for the live-loop issue (defects 1-4, 9).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from judge import Action, HistoryError, LoopKind, LoopTracker, TrackerConfig
+from judge.history import normalize_history
+from tests.fakes import FakeClient, LiveAgent, answer
+
+pytestmark = pytest.mark.anyio
+
+FAST = "fake/fast"
+ORDER = {"customer": "42"}
+SHIPPED = "order 7: shipped, 2 items"
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+def tracker(**cfg: Any) -> LoopTracker:
+    return LoopTracker(TrackerConfig(semantic="off", **cfg))
+
+
+async def fall_into_loop(agent: LiveAgent) -> Any:
+    """Four identical lookups with the same answer: flagged on the 4th (limit 3)."""
+    for _ in range(3):
+        agent.call("testTool", ORDER, SHIPPED)
+        assert not await agent.turn()
+    agent.call("testTool", ORDER, SHIPPED)
+    verdict = await agent.turn()
+    assert verdict and verdict.action is Action.WARN
+    return verdict
+
+
+# -- 1. a finding is tied to its evidence ------------------------------------------------------
+
+
+@pytest.mark.parametrize("fmt", ["openai", "anthropic"])
+async def test_an_agent_that_obeys_is_not_flagged_again(fmt: str) -> None:
+    agent = LiveAgent(tracker(), fmt=fmt)
+    await fall_into_loop(agent)
+    agent.say("Your order 7 has shipped with 2 items.")
+    assert not await agent.turn()
+    agent.user("Thanks. And order 8?")
+    assert not await agent.turn()
+    agent.say("Let me look that up.")
+    assert not await agent.turn()
+    assert agent.tracker.detections == 1
+
+
+async def test_new_distinct_work_after_the_flag_is_never_flagged_and_counts_as_recovery() -> None:
+    agent = LiveAgent(tracker())
+    await fall_into_loop(agent)
+    agent.say("Plan: stop re-reading order 7; check the carrier, then answer.")
+    assert not await agent.turn()
+    for i in range(6):
+        agent.call(f"step_{i}", {"n": i}, f"new finding number {i}: carrier scan at hub {i}")
+        assert not await agent.turn(), agent.verdicts[-1]
+    stats = agent.tracker.stats
+    assert stats.recoveries_succeeded == 1 and stats.recoveries_failed == 0
+
+
+async def test_the_ladder_climbs_only_when_the_loop_comes_back() -> None:
+    agent = LiveAgent(tracker())
+    await fall_into_loop(agent)
+    agent.say("Understood, I will not look it up again.")
+    assert not await agent.turn()
+    agent.call("testTool", ORDER, SHIPPED)  # ... and does it again: a relapse
+    relapse = await agent.turn()
+    assert relapse and relapse.pattern == 'exact:testTool({"customer":"42"})'
+    assert agent.tracker.detections == 2
+    assert agent.tracker.stats.recoveries_failed == 1
+
+
+async def test_a_flag_never_repeats_while_the_evidence_does_not_grow() -> None:
+    """An agent that does not append the recovery message: the same evidence, asked
+    again, is not a second detection."""
+    t = tracker()
+    agent = LiveAgent(t)
+    for _ in range(4):
+        agent.call("testTool", ORDER, SHIPPED)
+    assert await t.turn_started(agent.history)
+    for _ in range(3):
+        assert not await t.turn_started(agent.history)
+    assert t.detections == 1
+
+
+async def test_the_judge_reads_only_what_came_after_its_flag() -> None:
+    client = FakeClient({FAST: [answer(0.95, "circling")]})
+    t = LoopTracker(
+        TrackerConfig(semantic="off", fast_model=FAST, check_after_turns=3, early_checks=False),
+        client=client,
+    )
+    agent = LiveAgent(t)
+    for i in range(3):
+        agent.call(f"read_{i}", {"page": i}, f"before-flag content {i}")
+        last = await agent.turn()
+    assert last and last.source == "llm" and client.calls_to(FAST) == 1
+    for i in range(6):
+        agent.call(f"act_{i}", {"n": i}, f"after-flag content {i}")
+        await agent.turn()
+    assert client.calls_to(FAST) == 2
+    # The second check waited for three fresh turns and saw none of the answered ones.
+    transcript = "\n".join(m["content"] for m in client.requests[1][1])
+    assert "before-flag content" not in transcript
+    assert "after-flag content 2" in transcript
+    assert "loop-judge" in transcript  # the recovery message the agent got is context
+
+
+async def test_a_judge_loop_recovers_only_when_a_later_check_says_so() -> None:
+    client = FakeClient({FAST: [answer(0.95, "circling"), answer(0.95, "still circling")]})
+    t = LoopTracker(
+        TrackerConfig(semantic="off", fast_model=FAST, check_after_turns=3, early_checks=False),
+        client=client,
+    )
+    agent = LiveAgent(t)
+    for i in range(20):
+        agent.call(f"read_{i}", {"page": i}, f"content {i}")
+        await agent.turn()
+    flags = [v for v in agent.verdicts if v]
+    assert len(flags) == 3 and all(v.source == "llm" for v in flags)
+    stats = t.stats
+    assert stats.recoveries_succeeded == 0 and stats.recoveries_failed == 2
+    assert stats.detections_by_kind == {"cognitive": 3}
+
+
+async def test_a_clean_check_after_a_judge_flag_is_a_recovery() -> None:
+    client = FakeClient({FAST: [answer(0.95, "circling"), answer(0.1, "moving on")]})
+    t = LoopTracker(
+        TrackerConfig(semantic="off", fast_model=FAST, check_after_turns=3, early_checks=False),
+        client=client,
+    )
+    agent = LiveAgent(t)
+    for i in range(20):
+        agent.call(f"read_{i}", {"page": i}, f"content {i}")
+        await agent.turn()
+    assert t.stats.recoveries_succeeded == 1 and t.stats.recoveries_failed == 0
+
+
+async def test_a_judge_loop_takes_the_kind_of_the_signal_under_it() -> None:
+    client = FakeClient({FAST: [answer(0.95, "same lookup")]})
+    t = LoopTracker(
+        TrackerConfig(semantic="off", fast_model=FAST, check_after_turns=2, early_checks=False),
+        client=client,
+    )
+    agent = LiveAgent(t)
+    agent.call("read", {"page": 1}, "a")
+    await agent.turn()
+    agent.call("testTool", ORDER, SHIPPED)
+    await agent.turn()
+    agent.call("testTool", ORDER, SHIPPED)  # a repeat, under its limit: a weak signal
+    verdict = agent.verdicts[-1] if agent.verdicts[-1] else await agent.turn()
+    assert verdict and verdict.source == "llm" and verdict.kind is LoopKind.EXACT_REPEAT
+
+
+# -- 2. one override, every entry point --------------------------------------------------------
+
+
+async def test_override_silences_the_preflight_check() -> None:
+    agent = LiveAgent(tracker())
+    verdict = await fall_into_loop(agent)
+    assert agent.tracker.check_call("testTool", ORDER).looping
+    agent.tracker.override(verdict, "the customer asked us to keep checking")
+    preflight = agent.tracker.check_call("testTool", ORDER)
+    assert not preflight.looping and preflight.action is Action.CONTINUE
+
+
+async def test_override_silences_streaming() -> None:
+    t = tracker()
+    agent = LiveAgent(t)
+    chant = "I will check the order status now. " * 8
+    agent.say(chant)
+    verdict = await t.turn_started(agent.history)
+    assert verdict and verdict.kind is LoopKind.TEXT_REPETITION
+    before = [t.content_chunk(chant[i : i + 20]) for i in range(0, len(chant), 20)]
+    assert any(before)
+    await t.turn_started(agent.history)  # the next response streams afresh
+    t.override(verdict, "a status line the user wants repeated")
+    streamed = [t.content_chunk(chant[i : i + 20]) for i in range(0, len(chant), 20)]
+    assert not any(streamed)
+
+
+# -- 3. tool output in the user role is not a new prompt ----------------------------------------
+
+
+def judged(**cfg: Any) -> tuple[LoopTracker, FakeClient]:
+    client = FakeClient({FAST: [answer(0.1, "fine")]})
+    return LoopTracker(TrackerConfig(semantic="off", fast_model=FAST, **cfg), client=client), client
+
+
+async def test_react_observations_in_user_messages_keep_counting_turns() -> None:
+    t, client = judged()
+    history: list[dict[str, Any]] = [{"role": "user", "content": "Is Lima the capital of Peru?"}]
+    for i in range(45):
+        history.append({"role": "assistant", "content": f"Thought: step {i}\nAction: search[{i}]"})
+        history.append({"role": "user", "content": f"Observation {i}: page {i} of results"})
+        await t.turn_started(history)
+    assert t.turn == 45
+    assert client.calls_to(FAST) >= 1 and t.last_check_turn >= 30
+
+
+@pytest.mark.parametrize("fmt", ["anthropic", "atif"])
+async def test_results_in_the_user_role_keep_counting_turns(fmt: str) -> None:
+    t, client = judged()
+    agent = LiveAgent(t, fmt="anthropic" if fmt == "anthropic" else "openai")
+    for i in range(32):
+        if fmt == "atif":  # observations the ATIF reader could not tie to a call
+            agent.say(f"Running step {i}")
+            agent.history.append({"role": "user", "name": "observation", "content": f"out {i}"})
+        else:
+            agent.call("run", {"step": i}, f"output {i}")
+        await t.turn_started(agent.history)
+    assert t.turn == 32 and client.calls_to(FAST) == 1
+
+
+async def test_a_repeated_corrective_message_is_not_a_prompt_and_is_a_loop() -> None:
+    t = tracker()
+    nudge = "Please always provide EXACTLY ONE action in triple backticks."
+    agent = LiveAgent(t)
+    agent.say("I think we should look at the file first, then decide.")
+    await t.turn_started(agent.history)
+    verdicts = []
+    for i in range(3):
+        agent.user(nudge)
+        agent.say(f"Sure. Let me think about the approach again, attempt {i}.")
+        verdicts.append(await t.turn_started(agent.history))
+    assert t.turn == 3  # the first nudge was new; its repeats are not new prompts
+    assert not verdicts[1] and verdicts[2]
+    assert verdicts[2].kind is LoopKind.ERROR_CYCLE and "EXACTLY ONE" in verdicts[2].summary
+
+
+async def test_a_persons_new_prompt_still_restarts_the_count() -> None:
+    t = tracker()
+    agent = LiveAgent(t)
+    for i in range(3):
+        agent.call("read", {"page": i}, f"content {i}")
+        await t.turn_started(agent.history)
+    agent.user("Now summarise what you found.")
+    agent.say("Here is the summary.")
+    await t.turn_started(agent.history)
+    assert t.turn == 1
+
+
+# -- 4. Anthropic content blocks ----------------------------------------------------------------
+
+
+def test_anthropic_blocks_become_calls_and_results() -> None:
+    msgs = normalize_history(
+        [
+            {"role": "user", "content": [{"type": "text", "text": "Compare two files"}]},
+            {
+                "role": "assistant",
+                "content": [
+                    {"type": "thinking", "thinking": "private", "signature": "x"},
+                    {"type": "text", "text": "Reading both."},
+                    {"type": "tool_use", "id": "tu_1", "name": "read", "input": {"path": "a"}},
+                    {"type": "tool_use", "id": "tu_2", "name": "read", "input": {"path": "b"}},
+                ],
+            },
+            {
+                "role": "user",
+                "content": [
+                    {"type": "tool_result", "tool_use_id": "tu_2", "content": "B text"},
+                    {
+                        "type": "tool_result",
+                        "tool_use_id": "tu_1",
+                        "content": [{"type": "text", "text": "no such file"}],
+                        "is_error": True,
+                    },
+                    {"type": "text", "text": "(2 results)"},
+                ],
+            },
+        ]
+    )
+    _task, assistant, r2, r1, note = msgs
+    assert assistant.content == "Reading both." and "private" not in assistant.content
+    assert [(c.id, c.signature) for c in assistant.tool_calls] == [
+        ("tu_1", 'read({"path":"a"})'),
+        ("tu_2", 'read({"path":"b"})'),
+    ]
+    assert (r2.role, r2.tool_call_id, r2.content, r2.is_error) == ("tool", "tu_2", "B text", False)
+    assert (r1.tool_call_id, r1.is_error, r1.index) == ("tu_1", True, 2)
+    assert (note.role, note.name, note.content) == ("user", "observation", "(2 results)")
+
+
+async def test_anthropic_is_error_makes_a_failure_loop() -> None:
+    t = tracker()
+    agent = LiveAgent(t, fmt="anthropic")
+    verdicts = []
+    for _ in range(3):
+        agent.call("deploy", {"env": "prod"}, "0 rows affected", is_error=True)
+        verdicts.append(await t.turn_started(agent.history))
+    assert verdicts[-1] and "the same error" in verdicts[-1].summary
+
+
+@pytest.mark.parametrize(
+    ("message", "field"),
+    [
+        (
+            {"role": "user", "content": [{"type": "tool_result", "content": "x"}]},
+            "content[0].tool_use_id",
+        ),
+        (
+            {
+                "role": "user",
+                "content": [{"type": "tool_result", "tool_use_id": "t", "is_error": "yes"}],
+            },
+            "content[0].is_error",
+        ),
+        (
+            {"role": "assistant", "content": [{"type": "tool_use", "id": "t", "input": {}}]},
+            "content[0].name",
+        ),
+        (
+            {
+                "role": "assistant",
+                "content": [{"type": "tool_result", "tool_use_id": "t", "content": "x"}],
+            },
+            "content",
+        ),
+    ],
+)
+def test_broken_anthropic_blocks_name_the_field(message: dict[str, Any], field: str) -> None:
+    with pytest.raises(HistoryError) as err:
+        normalize_history([{"role": "user", "content": "hi"}, message])
+    assert err.value.index == 1 and err.value.field == field
