@@ -228,7 +228,10 @@ class TrackerConfig(BaseSettings):
     text_min_repeats: int = 2
     explore_tools: tuple[str, ...] = DEFAULT_EXPLORE_PATTERNS
     modify_tools: tuple[str, ...] = DEFAULT_MODIFY_PATTERNS
-    # exact tool name -> identical successful calls allowed in a row
+    # exact tool name -> identical successful calls allowed in a row. 0 means unlimited,
+    # as rate and retry limits usually read it: that tool's successful repeats are never
+    # flagged, while identical failures in a row still meet failure_repeat_limit.
+    # Negative values are rejected.
     tool_limits: dict[str, int] = Field(default_factory=dict)
     detector_weights: dict[str, float] = Field(default_factory=lambda: dict(DEFAULT_WEIGHTS))
     # Compare delegated requests by meaning with a small embedding model: "auto" uses it
@@ -268,6 +271,17 @@ class TrackerConfig(BaseSettings):
         if (low is not None and value < low) or (high is not None and value > high):
             rule = f"at least {low}" if high is None else f"between {low} and {high}"
             raise ValueError(f"{field} must be {rule}, got {value} (set by {env_name(field)})")
+        return value
+
+    @field_validator("tool_limits", mode="after")
+    @classmethod
+    def _tool_limits_valid(cls, value: dict[str, int]) -> dict[str, int]:
+        for tool, limit in value.items():
+            if limit < 0:
+                raise ValueError(
+                    f"tool_limits[{tool!r}] must be at least 0 (0 = unlimited), got {limit} "
+                    f"(set by {env_name('tool_limits')})"
+                )
         return value
 
     @model_validator(mode="after")

@@ -7,6 +7,7 @@ from collections.abc import Callable
 
 from judge.detectors.base import LOOP_SCORE, Event, Finding, describe_call, near_miss, short
 from judge.detectors.steps import Step
+from judge.detectors.tool_classes import UNLIMITED
 from judge.verdict import LoopKind
 
 # Evidence kept per run: enough to cite the loop, bounded whatever its length.
@@ -17,7 +18,11 @@ class ExactRepeatDetector:
     """Counts identical calls in a row whose results do not change.
 
     A changed result resets the run: polling a build or re-running tests after a fix is
-    progress. Runs of failures use the (lower) failure limit whatever the tool's class.
+    progress. An identical call failing right after it failed continues the run whatever
+    the error says: "command not found", then "permission denied", then a traceback for
+    the same call with nothing between is one obstacle hit again, not new information.
+    Runs of failures use the (lower) failure limit whatever the tool's class. A tool with
+    an unlimited limit (``tool_limits`` of 0) is never flagged for successful repeats.
     """
 
     name = "exact_repeat"
@@ -28,6 +33,7 @@ class ExactRepeatDetector:
         "_key",
         "_count",
         "_all_failed",
+        "_varied",
         "_evidence",
         "_last",
         "_current",
@@ -52,6 +58,7 @@ class ExactRepeatDetector:
         self._key: str | None = None
         self._count = 0
         self._all_failed = True
+        self._varied = False  # the run's failures did not all say the same
         self._evidence: deque[int] = deque(maxlen=MAX_EVIDENCE)
         self._last: Step | None = None
         self._current: Finding | None = None
@@ -63,18 +70,26 @@ class ExactRepeatDetector:
         return self._signature, self._count, self._all_failed
 
     def limit(self, name: str, failing: bool) -> int:
+        """Identical calls allowed in a row (UNLIMITED: any number)."""
         limit = self._limit_for(name)
         return min(limit, self._failure_limit) if failing else limit
 
     def observe(self, event: Event) -> Finding | None:
         if not isinstance(event, Step):
             return self._current
-        if event.signature == self._signature and event.key == self._key:
+        same_call = event.signature == self._signature
+        # Within a run every step failed, or every step gave the same result: a failed
+        # run continues with any failure of the same call.
+        failed_again = self._all_failed and event.outcome.failed
+        if same_call and (event.key == self._key or failed_again):
             self._count += 1
             self._all_failed = self._all_failed and event.outcome.failed
+            self._varied = self._varied or event.key != self._key
+            self._key = event.key
         else:
             self._signature, self._key, self._count = event.signature, event.key, 1
             self._all_failed = event.outcome.failed
+            self._varied = False
             self._evidence.clear()
         self._evidence.append(event.call_index)
         self._last = event
@@ -87,6 +102,8 @@ class ExactRepeatDetector:
         for what the agent was already told, e.g. order status re-checked between lookups.
         """
         sig, key = step.signature, step.key
+        if not step.outcome.failed and self._limit_for(step.call.name) >= UNLIMITED:
+            return None
         same = [s for s in self._recent if s.key == key and s.signature == sig]
         count = len(same)
         if count < 2 or step.outcome.name == "MISSING":
@@ -126,8 +143,13 @@ class ExactRepeatDetector:
         if step is None or self._count < 2:
             return None
         limit = self.limit(step.call.name, self._all_failed)
+        if limit >= UNLIMITED:
+            return None
         looping = self._count > limit
-        outcome = "the same error" if self._all_failed else "the same result"
+        if self._all_failed:
+            outcome = "failing each time" if self._varied else "the same error"
+        else:
+            outcome = "the same result"
         summary = f"{describe_call(step)} called {self._count}x in a row, {outcome}"
         return Finding(
             detector=self.name,

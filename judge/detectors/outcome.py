@@ -30,6 +30,12 @@ class Outcome(str, Enum):
 _HEAD_CHARS = 400
 # Acknowledgements are short; anything longer carries data.
 _ACK_MAX_CHARS = 80
+# Trailers a tool wrapper appends to the output of a failed action: OpenHands renders a
+# failed action's observation as its output followed by this line. Only the end of the
+# result is looked at, so the cost is bounded whatever the output's size.
+_ERROR_TRAILERS = ("[Error occurred in processing last action]",)
+# The tail searched for a trailer: the longest trailer plus room for trailing whitespace.
+_TAIL_CHARS = max(map(len, _ERROR_TRAILERS)) + 64
 
 _ERROR_START = re.compile(
     r"^\s*(?:\[?error\]?|err\b|exception|traceback|fatal|failed|failure|invalid|"
@@ -114,6 +120,12 @@ def error_family(text: str) -> str | None:
     return None
 
 
+def _trailer(text: str) -> str | None:
+    """The error trailer ``text`` ends with, if any (a bounded tail is looked at)."""
+    tail = text[-_TAIL_CHARS:].rstrip()
+    return next((t for t in _ERROR_TRAILERS if tail.endswith(t)), None)
+
+
 def classify(text: str | None) -> Outcome:
     if text is None:
         return Outcome.MISSING
@@ -122,7 +134,7 @@ def classify(text: str | None) -> Outcome:
     head = text[:_HEAD_CHARS]
     if _EMPTY.match(head) and len(text) < _ACK_MAX_CHARS:
         return Outcome.EMPTY
-    if _ERROR_START.match(head) or _ERROR_ANYWHERE.search(head):
+    if _ERROR_START.match(head) or _ERROR_ANYWHERE.search(head) or _trailer(text):
         return Outcome.ERROR
     if len(text) <= _ACK_MAX_CHARS:
         if _NUMBER.match(text):
@@ -157,6 +169,9 @@ def result_key(text: str | None, outcome: Outcome) -> str:
         family = error_family(text) if outcome is Outcome.ERROR else None
         if family is not None:
             return "E:" + family
+        trailer = _trailer(text)
+        if trailer is not None:  # the same for every failure: key the message before it
+            text = text.rstrip()[: -len(trailer)]
         lines = [ln for ln in text.strip().splitlines() if ln.strip()] or [""]
         return "E:" + _digest(mask(lines[0][:200]) + "|" + mask(lines[-1][-200:]))
     return "D:" + _digest(" ".join(text.split()))

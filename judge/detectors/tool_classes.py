@@ -8,6 +8,7 @@ against its parts (split on ``_ - . : /`` and camelCase), case-insensitively.
 from __future__ import annotations
 
 import re
+import sys
 from collections.abc import Mapping, Sequence
 from enum import Enum
 from fnmatch import fnmatchcase
@@ -89,6 +90,10 @@ DEFAULT_MODIFY_PATTERNS: tuple[str, ...] = (
     "install*",
 )
 
+# The limit of a tool that may repeat successfully any number of times (``tool_limits``
+# value 0). A number, not None, so that callers keep comparing ``count <= limit``.
+UNLIMITED = sys.maxsize
+
 _SPLIT = re.compile(r"[_\-.:/\s]+|(?<=[a-z])(?=[A-Z])")
 
 
@@ -130,7 +135,10 @@ def repeat_limit(
     explore: Sequence[str],
     modify: Sequence[str],
 ) -> int:
-    """How many identical successful calls in a row are allowed before the next is a loop."""
+    """How many identical successful calls in a row are allowed before the next is a loop.
+
+    An override of 0 means unlimited (`UNLIMITED`); failures keep the failure limit.
+    """
     if name in overrides:
-        return overrides[name]
+        return overrides[name] or UNLIMITED
     return limits[classify_tool(name, explore, modify)]
