@@ -1,15 +1,19 @@
-"""Copy the labelled recorded runs into evals/data/recorded/, adding their labels.
+"""Copy labelled runs into evals/data/, adding their labels.
 
-Reproducible and auditable: for each line of ``labels-dev.jsonl`` the matching file of
-``shared/recorded`` is copied with ``id``, ``source``, ``meta`` and ``messages`` unchanged and
-the label (minus its ``id``/``path`` duplicates) added as ``labels``. Only labelled runs are
-copied; the unlabelled held-out runs stay out of the evaluation set on purpose.
+Reproducible and auditable: for each label line the matching run file is copied with
+``id``, ``source``, ``meta`` and ``messages`` unchanged and the label (minus its
+``id``/``path`` duplicates) added as ``labels``. Only labelled runs are copied; unlabelled
+held-out runs stay out of the evaluation set on purpose. Two sets are built:
+
+- ``recorded``: ``shared/recorded`` with its ``labels-dev.jsonl`` -> ``evals/data/recorded``.
+- ``coding_dev``: ``shared/coding_runs_dev`` with our own labels in
+  ``evals/labels/coding_dev_*.jsonl`` -> ``evals/data/coding_dev`` (labelled for this project
+  under ``shared/recorded/LABELING.md``). ``shared/coding_runs`` is never copied: it is
+  for measuring only.
 
 Usage (from the repo root)::
 
-    .venv/bin/python evals/build_dataset.py [PATH_TO_SHARED_RECORDED]
-
-The default source folder is ``../shared/recorded`` relative to the repo root.
+    .venv/bin/python evals/build_dataset.py [recorded|coding_dev] [--source PATH]
 """
 
 from __future__ import annotations
@@ -22,15 +26,35 @@ from pathlib import Path
 from typing import Any
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
-DEFAULT_SOURCE = REPO_ROOT.parent / "shared" / "recorded"
-OUTPUT = REPO_ROOT / "evals" / "data" / "recorded"
+SHARED = REPO_ROOT.parent / "shared"
 LABEL_KEYS = ("looping", "onset_message_index", "kind", "confidence", "note")
+# name -> (default source folder, label files, output folder)
+SETS: dict[str, tuple[Path, list[Path], Path]] = {
+    "recorded": (
+        SHARED / "recorded",
+        [SHARED / "recorded" / "labels-dev.jsonl"],
+        REPO_ROOT / "evals" / "data" / "recorded",
+    ),
+    "coding_dev": (
+        SHARED / "coding_runs_dev",
+        sorted((REPO_ROOT / "evals" / "labels").glob("coding_dev_*.jsonl")),
+        REPO_ROOT / "evals" / "data" / "coding_dev",
+    ),
+}
+DEFAULT_SOURCE, _RECORDED_LABELS, OUTPUT = SETS["recorded"]
 
 
-def build(source: Path, output: Path = OUTPUT) -> list[Path]:
+def build(
+    source: Path, output: Path = OUTPUT, label_files: list[Path] | None = None
+) -> list[Path]:
     """Write one labelled JSON file per label line; return the written paths."""
-    labels_file = source / "labels-dev.jsonl"
-    labels = [json.loads(line) for line in labels_file.read_text().splitlines() if line.strip()]
+    files = label_files if label_files is not None else [source / "labels-dev.jsonl"]
+    labels = [
+        json.loads(line)
+        for labels_file in files
+        for line in labels_file.read_text().splitlines()
+        if line.strip()
+    ]
     if output.exists():
         shutil.rmtree(output)
     written: list[Path] = []
@@ -55,17 +79,22 @@ def build(source: Path, output: Path = OUTPUT) -> list[Path]:
 def main(argv: list[str] | None = None) -> int:
     """Build, then re-load everything with the library to prove the files are valid."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("source", nargs="?", type=Path, default=DEFAULT_SOURCE)
+    parser.add_argument("set", nargs="?", choices=sorted(SETS), default="recorded")
+    parser.add_argument("--source", type=Path, help="the shared folder the runs come from")
     args = parser.parse_args(argv)
-    written = build(args.source)
+    default_source, label_files, output = SETS[args.set]
+    source = args.source or default_source
+    if args.set == "recorded":
+        label_files = [source / "labels-dev.jsonl"]
+    written = build(source, output, label_files)
     sys.path.insert(0, str(REPO_ROOT))
     from judge.dataset import load_dataset
 
-    trajectories, problems = load_dataset(OUTPUT)
+    trajectories, problems = load_dataset(output)
     for problem in problems:
         print(f"problem: {problem}", file=sys.stderr)
     looping = sum(1 for t in trajectories if t.labels and t.labels.looping)
-    print(f"wrote {len(written)} files ({looping} looping) to {OUTPUT.relative_to(REPO_ROOT)}")
+    print(f"wrote {len(written)} files ({looping} looping) to {output.relative_to(REPO_ROOT)}")
     return 1 if problems else 0
 
 
