@@ -37,6 +37,12 @@ from judge.dataset import (
 from judge.errors import ConfigError
 from judge.evaluation import report
 from judge.evaluation.cassette import Cassette, CassetteRecorder
+from judge.evaluation.closed_loop import (
+    closed_loop_config,
+    closed_loop_tables,
+    run_closed_loop,
+    write_closed_loop,
+)
 from judge.evaluation.oracle import (
     DEFAULT_ERROR_RATE,
     DEFAULT_NOISE,
@@ -337,7 +343,63 @@ def _eval(args: argparse.Namespace, console: Console) -> int:
         logger.setLevel(level)
 
 
+def _run_closed_loop(args: argparse.Namespace, console: Console) -> int:
+    """Drive scripted agents, seeded from the labelled loops in PATHS, through the tracker
+    with a scripted judge; exit 1 when a figure that must be 0 is not."""
+    clashing = [
+        flag
+        for flag, value in (
+            ("--mode", args.mode),
+            ("--judge", args.judge),
+            ("--cassette", args.cassette),
+            ("--record", args.record),
+            ("--sweep", args.sweep),
+        )
+        if value
+    ]
+    if clashing:
+        raise UsageError(f"--closed-loop uses its own scripted judge; drop {', '.join(clashing)}")
+    roots = _resolve_paths(args.paths)
+    trajectories, problems = load_dataset(roots)
+    _print_problems(problems, console)
+    if args.subset:
+        trajectories = _subset(trajectories, args.subset, roots)
+    try:
+        config = closed_loop_config()
+    except ValidationError as exc:
+        problems_text = "; ".join(str(e["msg"]).removeprefix("Value error, ") for e in exc.errors())
+        raise UsageError(f"invalid tracker configuration: {problems_text}") from exc
+    looping = sum(1 for t in trajectories if t.labels is not None and t.labels.looping)
+    if not looping:
+        raise UsageError(f"no labelled looping trajectories under {', '.join(map(str, roots))}")
+    console.print(
+        f"closed loop: {looping} looping trajectories x 5 policies, plus the productive agents"
+    )
+    with _progress(console) as progress:
+        task = progress.add_task("closed loop", total=None)
+        result = anyio.run(
+            lambda: run_closed_loop(trajectories, config, on_done=lambda _r: progress.advance(task))
+        )
+    tables = closed_loop_tables(result)
+    for table in tables:
+        console.print(_rich_table(table))
+    settings = {
+        "mode": "closed-loop",
+        "judge": "scripted",
+        "paths": [str(p) for p in roots],
+        "subset": args.subset,
+        "seeds": looping,
+    }
+    json_path, md_path = write_closed_loop(result, Path(args.out), settings=settings, tables=tables)
+    console.print(f"wall time {result.elapsed_s:.2f} s; wrote {json_path}, {md_path}")
+    for failure in result.failures:
+        console.print(f"[bold red]must be 0[/]: {failure}", highlight=False)
+    return EXIT_FAILED if result.failures else 0
+
+
 def _run_eval(args: argparse.Namespace, console: Console) -> int:
+    if args.closed_loop:
+        return _run_closed_loop(args, console)
     started = time.perf_counter()
     axes = [parse_axis(spec) for spec in args.sweep or ()]
     if axes and args.mode not in (None, "heuristics"):
@@ -662,6 +724,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="score every combination of these TrackerConfig values (repeatable)",
     )
     ev.add_argument("--no-chart", action="store_true", help="do not draw report.png")
+    ev.add_argument(
+        "--closed-loop",
+        action="store_true",
+        help="drive scripted agents (seeded from the labelled loops in PATHS, plus productive "
+        "ones) through the tracker turn by turn, reacting to its recovery messages; writes "
+        "closed_loop.json and closed_loop.md; exits 1 if a recovered or productive agent is "
+        "stopped",
+    )
     ev.add_argument(
         "-v", "--verbose", action="store_true", help="log each failed judge call as it happens"
     )

@@ -1349,15 +1349,17 @@ _MISSING = "-"
 _LISTED_RUNS = 30
 
 EXPLANATION = (
-    "Each looping run of the data is cut at its labelled onset and driven through a fresh "
-    "tracker under each policy; productive agents are scripted by hand. Loops flagged: runs "
-    "with a loop verdict while the agent looped. Ended by recovery: the agent escaped after "
-    "a recovery message and was not stopped for it. Re-flags: loop verdicts while the agent "
-    "was doing new, distinct work after its escape (a plan, then new calls with new "
-    "results). Stops after recovery and false stops (productive agents stopped) must be 0. "
-    "Relapses caught: relapses into the same loop that were flagged. Delays are agent turns "
-    "from the loop's first turn (0 = flagged right after it). Judge calls: scripted judge, "
-    "0.95 when its last 3 assistant turns loop, else 0.1."
+    "Each labelled looping run is cut at its onset and driven through a fresh tracker under "
+    "each policy; productive agents are scripted by hand. flagged: runs with a loop verdict "
+    "while the agent looped. recovered: the agent escaped after a recovery message and was "
+    "not stopped for it. re-flagged / re-flags: runs with, and the number of, loop verdicts "
+    "while the agent did new, distinct work after its escape (a plain-text plan, then new "
+    "calls with new results). stop recov: runs stopped after the agent recovered (must be "
+    "0). relapse: relapses into the same loop that were flagged. stop loop: runs stopped "
+    "while looping. prod flag: productive runs flagged. false stop: productive runs stopped "
+    "(must be 0). flag delay, escape delay: median agent turns from the loop's first turn to "
+    "the first flag, and to the escape (0 = right after it). calls: judge calls (a scripted "
+    "judge: 0.95 when its last 3 assistant turns loop, else 0.1)."
 )
 
 
@@ -1366,32 +1368,30 @@ def _num(value: float | None) -> str:
 
 
 def policy_table(report: ClosedLoopReport) -> TableData:
-    """Per policy, the productive agents, and overall."""
+    """Per policy, the productive agents, and overall (columns: see `EXPLANATION`)."""
     columns = (
-        "policy", "runs", "loops flagged", "ended by recovery", "re-flagged runs",
-        "re-flags", "stops after recovery", "relapses caught", "stopped looping",
-        "flags < onset", "productive flagged", "false stops", "onset->flag med",
-        "onset->escape med", "p90", "judge calls",
+        "policy", "runs", "flagged", "recovered", "re-flagged", "re-flags", "stop recov",
+        "relapse", "stop loop", "prod flag", "false stop", "flag delay", "escape delay",
+        "calls",
     )  # fmt: skip
     rows = []
     for m in [*report.by_policy(), report.overall()]:
+        loops = m.loop_runs > 0
         rows.append(
             (
                 m.name,
                 str(m.runs),
-                f"{m.loops_flagged}/{m.loop_runs}" if m.loop_runs else _MISSING,
-                str(m.ended_by_recovery) if m.loop_runs else _MISSING,
-                str(m.reflagged_runs) if m.loop_runs else _MISSING,
-                str(m.reflags) if m.loop_runs else _MISSING,
+                f"{m.loops_flagged}/{m.loop_runs}" if loops else _MISSING,
+                str(m.ended_by_recovery) if loops else _MISSING,
+                str(m.reflagged_runs) if loops else _MISSING,
+                str(m.reflags) if loops else _MISSING,
                 str(m.stopped_after_recovery),
                 f"{m.relapses_caught}/{m.relapses}" if m.relapses else _MISSING,
-                str(m.stopped_looping) if m.loop_runs else _MISSING,
-                str(m.flags_before_onset) if m.loop_runs else _MISSING,
+                str(m.stopped_looping) if loops else _MISSING,
                 f"{m.productive_flagged}/{m.productive_runs}" if m.productive_runs else _MISSING,
                 str(m.false_stops),
                 _num(m.onset_to_flag_median),
                 _num(m.onset_to_escape_median),
-                _num(m.onset_to_escape_p90),
                 str(m.judge_calls),
             )
         )
@@ -1401,7 +1401,8 @@ def policy_table(report: ClosedLoopReport) -> TableData:
 def reflag_table(report: ClosedLoopReport) -> TableData:
     """Which detectors flag agents that already escaped (source / loop kind), per policy."""
     sources = report.reflag_sources()
-    policies = [p.value for p in LOOP_POLICIES]
+    # An agent that ignores every warning never escapes, so it has no column here.
+    policies = [p.value for p in LOOP_POLICIES if p is not Policy.IGNORE_WARNINGS]
     total: Counter[str] = Counter()
     for counts in sources.values():
         total.update(counts)
