@@ -7,7 +7,7 @@ held-out runs stay out of the evaluation set on purpose. Two sets are built:
 
 - ``recorded``: ``shared/recorded`` with its ``labels-dev.jsonl`` -> ``evals/data/recorded``.
 - ``coding_dev``: ``shared/coding_runs_dev`` with our own labels in
-  ``evals/labels/coding_dev_*.jsonl`` -> ``evals/data/coding_dev`` (labelled for this project
+  ``evals/labels/coding_dev_*.jsonl`` -> ``evals/coding_dev`` (outside ``evals/data``, so the default eval is unchanged) (labelled for this project
   under ``shared/recorded/LABELING.md``). ``shared/coding_runs`` is never copied: it is
   for measuring only.
 
@@ -38,7 +38,7 @@ SETS: dict[str, tuple[Path, list[Path], Path]] = {
     "coding_dev": (
         SHARED / "coding_runs_dev",
         sorted((REPO_ROOT / "evals" / "labels").glob("coding_dev_*.jsonl")),
-        REPO_ROOT / "evals" / "data" / "coding_dev",
+        REPO_ROOT / "evals" / "coding_dev",
     ),
 }
 DEFAULT_SOURCE, _RECORDED_LABELS, OUTPUT = SETS["recorded"]

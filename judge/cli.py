@@ -392,6 +392,13 @@ def _run_closed_loop(args: argparse.Namespace, console: Console) -> int:
     }
     json_path, md_path = write_closed_loop(result, Path(args.out), settings=settings, tables=tables)
     console.print(f"wall time {result.elapsed_s:.2f} s; wrote {json_path}, {md_path}")
+    early = result.overall().stopped_before_onset
+    if early:
+        console.print(
+            f"[yellow]{early} run(s) stopped before their loop's labelled onset[/] "
+            f"(listed in {md_path.name})",
+            highlight=False,
+        )
     for failure in result.failures:
         console.print(f"[bold red]must be 0[/]: {failure}", highlight=False)
     return EXIT_FAILED if result.failures else 0

@@ -1038,6 +1038,12 @@ class RunResult:
         return self.flags_in(RECOVERED_PHASES)
 
     @property
+    def reflags_before_relapse(self) -> list[FlagRecord]:
+        """Re-flags in the first escape only (a relapsing agent escapes a second time)."""
+        relapse = self.relapse_turn
+        return [f for f in self.reflags if relapse is None or f.turn < relapse]
+
+    @property
     def stopped_after_recovery(self) -> bool:
         return self.stopped and self.stopped_phase in RECOVERED_PHASES
 
@@ -1056,8 +1062,15 @@ class RunResult:
 
     @property
     def false_stop(self) -> bool:
-        """A productive agent (or one still before its loop's onset) was stopped."""
-        return self.stopped and self.stopped_phase in (Phase.PRODUCTIVE, Phase.PREFIX)
+        """A productive agent was stopped."""
+        return self.stopped and self.stopped_phase is Phase.PRODUCTIVE
+
+    @property
+    def stopped_before_onset(self) -> bool:
+        """Stopped during the recorded work before the labelled onset: reported, not a
+        must-be-0 figure, since it rests on where a person put the onset (the replay eval
+        calls its flags "FP<onset")."""
+        return self.stopped and self.stopped_phase is Phase.PREFIX
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -1076,6 +1089,7 @@ class RunResult:
             "onset_to_flag": self.onset_to_flag,
             "onset_to_escape": self.onset_to_escape,
             "reflags": len(self.reflags),
+            "reflags_before_relapse": len(self.reflags_before_relapse),
             "judge_calls": self.judge_calls,
             "judge_tokens": self.judge_tokens,
             "wall_s": round(self.wall_s, 4),
@@ -1189,12 +1203,14 @@ class PolicyMetrics:
     ended_by_recovery: int
     reflagged_runs: int
     reflags: int
+    reflags_before_relapse: int
     stopped_after_recovery: int
     relapses: int
     relapses_caught: int
     stopped_looping: int
     capped: int
     flags_before_onset: int
+    stopped_before_onset: int
     productive_runs: int
     productive_flagged: int
     false_stops: int
@@ -1220,12 +1236,14 @@ class PolicyMetrics:
             ended_by_recovery=sum(r.ended_by_recovery for r in loops),
             reflagged_runs=sum(bool(r.reflags) for r in loops),
             reflags=sum(len(r.reflags) for r in loops),
+            reflags_before_relapse=sum(len(r.reflags_before_relapse) for r in loops),
             stopped_after_recovery=sum(r.stopped_after_recovery for r in loops),
             relapses=sum(r.relapse_turn is not None for r in loops),
             relapses_caught=sum(r.relapse_caught for r in loops),
             stopped_looping=sum(r.stopped_looping for r in loops),
             capped=sum(r.end == "cap" for r in loops),
             flags_before_onset=sum(len(r.flags_in([Phase.PREFIX])) for r in loops),
+            stopped_before_onset=sum(r.stopped_before_onset for r in loops),
             productive_runs=len(productive),
             productive_flagged=sum(bool(r.flags) for r in productive),
             false_stops=sum(r.false_stop for r in results),
@@ -1349,17 +1367,19 @@ _MISSING = "-"
 _LISTED_RUNS = 30
 
 EXPLANATION = (
-    "Each labelled looping run is cut at its onset and driven through a fresh tracker under "
-    "each policy; productive agents are scripted by hand. flagged: runs with a loop verdict "
-    "while the agent looped. recovered: the agent escaped after a recovery message and was "
-    "not stopped for it. re-flagged / re-flags: runs with, and the number of, loop verdicts "
-    "while the agent did new, distinct work after its escape (a plain-text plan, then new "
-    "calls with new results). stop recov: runs stopped after the agent recovered (must be "
-    "0). relapse: relapses into the same loop that were flagged. stop loop: runs stopped "
-    "while looping. prod flag: productive runs flagged. false stop: productive runs stopped "
-    "(must be 0). flag delay, escape delay: median agent turns from the loop's first turn to "
-    "the first flag, and to the escape (0 = right after it). calls: judge calls (a scripted "
-    "judge: 0.95 when its last 3 assistant turns loop, else 0.1)."
+    "Each labelled looping run is cut at its onset and driven through a fresh tracker under"
+    " each policy; productive agents are scripted by hand. flagged: runs with a loop "
+    "verdict while the agent looped. recovered: the agent escaped after a recovery message "
+    "and was not stopped for it. re-flagged / re-flags: runs with, and the number of, loop "
+    "verdicts while the agent did new, distinct work after its escape (a plain-text plan, "
+    "then new calls with new results; a relapsing agent's second escape included, its "
+    "relapse not; reflags_before_relapse in the JSON counts the first escape alone). stop "
+    "recov: runs stopped after the agent recovered (must be 0). relapse: relapses into the "
+    "same loop that were flagged. stop loop: runs stopped while looping. prod flag: "
+    "productive runs flagged. false stop: productive runs stopped (must be 0). flag delay, "
+    "escape delay: median agent turns from the loop's first turn to the first flag, and to "
+    "the escape (0 = right after it). calls: judge calls (a scripted judge: 0.95 when its "
+    "last 3 assistant turns loop, else 0.1)."
 )
 
 
@@ -1478,6 +1498,7 @@ def write_closed_loop(
     sections = (
         ("stopped after the agent recovered", lambda r: r.stopped_after_recovery, None),
         ("productive runs stopped", lambda r: r.false_stop, None),
+        ("stopped before the loop's labelled onset", lambda r: r.stopped_before_onset, None),
         ("re-flagged after escape", lambda r: bool(r.reflags), lambda r: r.reflags),
         ("crashed", lambda r: r.crash is not None, None),
     )
