@@ -7,9 +7,9 @@ held-out runs stay out of the evaluation set on purpose. Two sets are built:
 
 - ``recorded``: ``shared/recorded`` with its ``labels-dev.jsonl`` -> ``evals/data/recorded``.
 - ``coding_dev``: ``shared/coding_runs_dev`` with our own labels in
-  ``evals/labels/coding_dev_*.jsonl`` -> ``evals/coding_dev`` (outside ``evals/data``, so the default eval is unchanged) (labelled for this project
-  under ``shared/recorded/LABELING.md``). ``shared/coding_runs`` is never copied: it is
-  for measuring only.
+  ``evals/labels/coding_dev_*.jsonl`` -> ``evals/coding_dev`` (labelled for this project
+  under ``shared/recorded/LABELING.md``; outside ``evals/data``, so the default eval is
+  unchanged). ``shared/coding_runs`` is never copied: it is for measuring only.
 
 Usage (from the repo root)::
 
