@@ -4,12 +4,21 @@ Data flows trajectories -> `replay` (one tracker per trajectory, turn by turn) -
 `metrics` (first flag against the labels) -> `report` (tables, JSON, markdown, chart).
 `oracle` is a simulated judge that answers from the labels, `cassette` records and
 replays real judge replies, and `sweep` scores a grid of tracker settings. The command
-line front is ``loop-judge eval`` in judge.cli; importing this package imports neither
-litellm nor matplotlib. (The ``replay`` function is not re-exported: the name would hide
-the ``judge.evaluation.replay`` module.)
+line front is ``loop-judge eval`` in judge.cli. `closed_loop` drives scripted agents through
+the tracker instead (``loop-judge eval --closed-loop``): they read the recovery message and
+escape, ignore it, relapse or ask the user, so what happens after a flag is measured too.
+Importing this package imports neither litellm nor matplotlib. (The ``replay`` function is
+not re-exported: the name would hide the ``judge.evaluation.replay`` module.)
 """
 
 from judge.evaluation.cassette import Cassette, CassetteMiss, CassetteRecorder
+from judge.evaluation.closed_loop import (
+    ClosedLoopReport,
+    Policy,
+    RunResult,
+    run_closed_loop,
+    run_scenario,
+)
 from judge.evaluation.metrics import Metrics, Outcome, Score, compute_metrics, percentile, score
 from judge.evaluation.oracle import OracleClient, OracleSettings
 from judge.evaluation.replay import (
@@ -26,10 +35,13 @@ __all__ = [
     "Cassette",
     "CassetteMiss",
     "CassetteRecorder",
+    "ClosedLoopReport",
     "Metrics",
     "OracleClient",
     "OracleSettings",
     "Outcome",
+    "Policy",
+    "RunResult",
     "Score",
     "TrajectoryResult",
     "assistant_turn_ends",
@@ -38,6 +50,8 @@ __all__ = [
     "percentile",
     "replay_all",
     "replay_trajectory",
+    "run_closed_loop",
+    "run_scenario",
     "score",
     "settings_grid",
 ]
