@@ -115,10 +115,20 @@ async def test_long_streamed_code_block_is_not_prose() -> None:
 
 async def test_fence_marker_split_across_chunks() -> None:
     body = _module()
-    text = "Here it is.\n``" + f"`python\n{body}`" + "``\nDone with the code."
-    # chunk boundaries fall inside both markers
-    assert stream_all(text, 40) == (None, None)
-    for size in (1, 2, 7):
+    loop = "I will now call the search tool to find the answer. " * 6
+
+    def feed(chunks: list[str]) -> Verdict | None:
+        tracker = LoopTracker(TrackerConfig(semantic="off"))
+        return next((v for c in chunks if (v := tracker.content_chunk(c))), None)
+
+    # the opening marker split "``" + "`": the code after it is not prose
+    assert feed(["Here it is.\n``", "`python\n", *body.splitlines(keepends=True)]) is None
+    # the closing marker split "`" + "``": the prose after it is read again
+    verdict = feed(["```python\n", body, "`", "``\n", loop])
+    assert verdict is not None and verdict.kind is LoopKind.TEXT_REPETITION
+    # any chunk size, boundaries inside both markers included
+    text = f"Here it is.\n```python\n{body}```\nDone with the code."
+    for size in (1, 2, 7, 40):
         assert stream_all(text, size) == (None, None)
 
 
@@ -132,7 +142,7 @@ async def test_prose_after_a_long_code_block_is_still_read() -> None:
     assert stream_all(f"Code:\n```\n{loop}", 40) == (None, None)
 
 
-async def test_stream_work_per_chunk_does_not_grow_with_the_response() -> None:
+async def test_stream_keeps_a_bounded_tail_of_prose() -> None:
     monitor = stream.StreamMonitor()
     chunk = "```\n" + "x = 1\n" * 2000 + "```\n" + "word " * 2000
     for _ in range(50):
