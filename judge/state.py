@@ -16,7 +16,10 @@ from pydantic import BaseModel, ConfigDict, Field
 from judge.escalation import LadderState
 from judge.stats import TrackerStats
 
-STATE_VERSION = 1
+# 2: the ladder remembers the evidence it answered; tool results carry their error flag;
+# detectors keep fence, run and failure-run state (the live-loop fixes). A state of another
+# version is refused with a StateError, so a server starts that session over.
+STATE_VERSION = 2
 
 
 class ScheduleState(BaseModel):
