@@ -104,7 +104,13 @@ class ExactRepeatDetector:
         sig, key = step.signature, step.key
         if not step.outcome.failed and self._limit_for(step.call.name) >= UNLIMITED:
             return None
-        same = [s for s in self._recent if s.key == key and s.signature == sig]
+        # Only since the last new file change: re-running a test after each new edit is
+        # how coding agents debug, not asking again for what they were told.
+        same = [
+            s
+            for s in self._recent
+            if s.key == key and s.signature == sig and s.edits == step.edits
+        ]
         count = len(same)
         if count < 2 or step.outcome.name == "MISSING":
             return None

@@ -126,9 +126,48 @@ def _trailer(text: str) -> str | None:
     return next((t for t in _ERROR_TRAILERS if tail.endswith(t)), None)
 
 
+# Shell tools of coding agents wrap a command's output with its exit status, which says
+# whether the *tool* failed far better than the output does: mini-swe-agent writes
+# ``<returncode>N</returncode>`` and ``<output>...</output>``, OpenHands ends with
+# ``[Command finished with exit code N]``. Only the head (or tail) is read: O(1) per result.
+_ENVELOPE_HEAD = re.compile(
+    r"\s{0,8}<returncode>\s{0,8}(-?\d{1,6})\s{0,8}</returncode>\s{0,8}(?:<output>)?"
+)
+_ENVELOPE_TAIL = re.compile(r"\[Command finished with exit code (-?\d{1,6})\]\s{0,8}$")
+_OUTPUT_CLOSE = "</output>"
+
+
+def unwrap(text: str) -> tuple[str, int | None]:
+    """``(output, exit code)`` of a shell tool's result; ``(text, None)`` when the result
+    carries no exit status."""
+    head = _ENVELOPE_HEAD.match(text[:_HEAD_CHARS])
+    if head is not None:
+        body = text[head.end() :]
+        stripped = body.rstrip()
+        if stripped.endswith(_OUTPUT_CLOSE):
+            body = stripped[: -len(_OUTPUT_CLOSE)]
+        return body, int(head.group(1))
+    tail = _ENVELOPE_TAIL.search(text[-_TAIL_CHARS:])
+    if tail is not None:
+        return text[: len(text) - len(text[-_TAIL_CHARS:]) + tail.start()], int(tail.group(1))
+    return text, None
+
+
 def classify(text: str | None) -> Outcome:
+    """What a tool result says about progress.
+
+    With an exit status (see `unwrap`), the status decides whether the tool failed: a
+    non-zero status is an error (or "nothing found" when the command printed nothing, as
+    ``grep`` does), and a zero status is never one, because a traceback or "Error:" that a
+    program under test prints is data the agent asked for.
+    """
     if text is None:
         return Outcome.MISSING
+    body, status = unwrap(text)
+    if status is not None:
+        if status != 0:
+            return Outcome.ERROR if body.strip() else Outcome.EMPTY
+        return _data(body)
     if not text.strip():
         return Outcome.ACK  # a tool with nothing to say (think, sleep) did its job
     head = text[:_HEAD_CHARS]
@@ -136,6 +175,13 @@ def classify(text: str | None) -> Outcome:
         return Outcome.EMPTY
     if _ERROR_START.match(head) or _ERROR_ANYWHERE.search(head) or _trailer(text):
         return Outcome.ERROR
+    return _data(text)
+
+
+def _data(text: str) -> Outcome:
+    """A result that is not an error: data, or one of the kinds that carry none."""
+    if not text.strip():
+        return Outcome.ACK
     if len(text) <= _ACK_MAX_CHARS:
         if _NUMBER.match(text):
             return Outcome.NUMBER
@@ -163,6 +209,10 @@ def result_key(text: str | None, outcome: Outcome) -> str:
     """
     if text is None:
         return "missing"
+    body, status = unwrap(text)
+    if status is not None:
+        # The envelope is the same for every command: key what the command printed.
+        text = f"exit {status}\n{body}" if outcome.failed else body
     if outcome.failed:
         # First and last lines: the kind of error and its final message. The middle of a
         # long error (a traceback, the rejected edit echoed back) varies with each attempt.

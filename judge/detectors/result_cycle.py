@@ -18,6 +18,12 @@ WHACK_WINDOW = 7
 # judge and the second return is the loop.
 WHACK_RETURNS = 2
 WHACK_OCCURRENCES = 3
+# Flip-flop: the same command (a test run) failing, run after run, alternately with the
+# same two errors (A, B, A, B, A) while the agent edits between runs: each edit undoes the
+# last. Five runs is two full round trips plus the return, the whack-a-mole bar; the
+# runs are looked for among this many recent failures.
+FLIP_RUNS = 5
+FLIP_WINDOW = 40
 # Outcomes that say nothing about progress and never form "the same result".
 _NO_RESULT = (Outcome.ACK, Outcome.NUMBER, Outcome.MISSING)
 
@@ -29,7 +35,7 @@ class ResultCycleDetector:
     name = "result_cycle"
     reads_messages = False  # it reasons about call steps only
     # Attributes that make up the detector's state (serialized by LoopTracker.state).
-    STATE = ("_key", "_signatures", "_evidence", "_errors", "_whack", "_current")
+    STATE = ("_key", "_signatures", "_evidence", "_errors", "_whack", "_current", "_failures")
 
     def __init__(self, min_calls: int) -> None:
         self._min_calls = min_calls
@@ -40,6 +46,8 @@ class ResultCycleDetector:
         self._signatures: dict[str, Step] = {}
         self._evidence: list[int] = []
         self._errors: deque[tuple[str, str, Step]] = deque(maxlen=WHACK_WINDOW)
+        # (signature, result key, call index) of recent failures, for flip-flops
+        self._failures: deque[tuple[str, str, int]] = deque(maxlen=FLIP_WINDOW)
         self._whack: Finding | None = None
         self._current: Finding | None = None
 
@@ -89,12 +97,42 @@ class ResultCycleDetector:
             },
         )
 
+    def _flip(self, step: Step) -> bool:
+        """The same call's last runs failing A, B, A, B, A (edits or not between)."""
+        runs = [(k, i) for sig, k, i in self._failures if sig == step.signature][-FLIP_RUNS:]
+        if len(runs) < FLIP_RUNS:
+            return False
+        a, b = runs[-1][0], runs[-2][0]
+        if a == b or any(k != (a if n % 2 == 0 else b) for n, (k, _) in enumerate(reversed(runs))):
+            return False
+        self._whack = Finding(
+            detector=self.name,
+            kind=LoopKind.ERROR_CYCLE,
+            score=LOOP_SCORE,
+            evidence=tuple(i for _, i in runs),
+            summary=f"{step.call.name} keeps flipping between the same two errors "
+            f"({FLIP_RUNS} runs): {short(step.result or '', 80)}",
+            pattern=f"flip:{step.signature}",
+            details={
+                "tool": step.call.name,
+                "result": short(step.result or "", 200),
+                "failing": True,
+                "count": FLIP_RUNS,
+            },
+        )
+        return True
+
     def _track_errors(self, step: Step) -> None:
         # Only real errors: "no results" from searches with new arguments is exploring.
         if step.outcome is not Outcome.ERROR:
             return
-        recent = list(self._errors)
+        # An error coming back after a new file change is the edit-and-rerun debugging of
+        # every coding agent; only errors since the last new change are compared.
+        recent = [e for e in self._errors if e[2].edits == step.edits]
         self._errors.append((step.key, step.call.name, step))
+        self._failures.append((step.signature, step.key, step.call_index))
+        if self._flip(step):
+            return
         if not recent or recent[-1][0] == step.key:
             return
         # Count returns: occurrences of this error (same tool) each preceded by another error.

@@ -7,8 +7,11 @@ message shows the agent moved on.
 
 from __future__ import annotations
 
+from collections import deque
 from dataclasses import dataclass
+from hashlib import blake2b
 
+from judge.detectors.edits import modifies_files
 from judge.detectors.outcome import Outcome, classify, result_key
 from judge.history import Message, ToolCall
 
@@ -22,6 +25,9 @@ class Step:
     outcome: Outcome
     key: str  # result key: equal for "the same result"
     signature: str = ""  # the call's signature, copied for the detectors' hot loops
+    # New file changes made so far in the run, this step included (judge.detectors.edits):
+    # two steps with the same count have no new edit between them.
+    edits: int = 0
 
     def __post_init__(self) -> None:
         if not self.signature:
@@ -54,22 +60,41 @@ def _without_arguments(text: str, call: ToolCall) -> str:
     return text
 
 
+# File changes remembered to tell a new edit from one re-applied (or a backup restored
+# again): far more than a coding run makes between two runs of the same test.
+EDITS_REMEMBERED = 256
+
+
 class StepBuilder:
     """Incremental: feed messages in order, get completed steps back."""
 
-    __slots__ = ("_pending", "_pending_index", "_results")
-    STATE = ("_pending", "_pending_index", "_results")
+    __slots__ = ("_edit_seen", "_edits", "_pending", "_pending_index", "_results")
+    STATE = ("_pending", "_pending_index", "_results", "_edits", "_edit_seen")
 
     def __init__(self) -> None:
         self._pending: list[ToolCall] = []
         self._pending_index = -1
         # position -> (result index, text, the tool's own error flag)
         self._results: dict[int, tuple[int, str, bool]] = {}
+        self._edits = 0
+        self._edit_seen: deque[str] = deque(maxlen=EDITS_REMEMBERED)
 
     def reset(self) -> None:
         self._pending = []
         self._pending_index = -1
         self._results = {}
+        self._edits = 0
+        self._edit_seen = deque(maxlen=EDITS_REMEMBERED)
+
+    def _count_edit(self, call: ToolCall) -> None:
+        if not modifies_files(call):
+            return
+        # A digest, not the call: an edit's arguments can hold a whole file.
+        key = blake2b(call.signature.encode("utf-8", "replace"), digest_size=8).hexdigest()
+        if key in self._edit_seen:
+            return  # the same change again: re-applied, or the same backup restored
+        self._edit_seen.append(key)
+        self._edits += 1
 
     def _flush(self) -> list[Step]:
         steps = []
@@ -78,8 +103,17 @@ class StepBuilder:
             # The tool's own error flag beats reading the text: "0 rows" can be a failure.
             outcome = Outcome.ERROR if is_error else classify(text)
             keyed = _without_arguments(text, call) if outcome.failed and text else text
+            self._count_edit(call)
             steps.append(
-                Step(call, self._pending_index, index, text, outcome, result_key(keyed, outcome))
+                Step(
+                    call,
+                    self._pending_index,
+                    index,
+                    text,
+                    outcome,
+                    result_key(keyed, outcome),
+                    edits=self._edits,
+                )
             )
         self._pending = []
         self._results = {}
