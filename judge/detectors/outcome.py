@@ -38,7 +38,10 @@ _ERROR_TRAILERS = ("[Error occurred in processing last action]",)
 _TAIL_CHARS = max(map(len, _ERROR_TRAILERS)) + 64
 
 _ERROR_START = re.compile(
-    r"^\s*(?:\[?error\]?|err\b|exception|traceback|fatal|failed|failure|invalid|"
+    # editor tools that refused to change anything (str_replace_editor and kin)
+    r"^\s*(?:string\b.{0,20}\bnot found|the old_str and new_str are the same|"
+    r"no replacement was performed|no changes (?:were|have been) made|"
+    r"\[?error\]?|err\b|exception|traceback|fatal|failed|failure|invalid|"
     r"cannot|can't|could not|couldn't|unable to|not found|no such|permission denied|"
     r"access denied|forbidden|unauthorized|denied|unknown (?:command|tool|action)|"
     r"command not found|timed? ?out|observation: error|"
@@ -135,6 +138,9 @@ _ENVELOPE_HEAD = re.compile(
 )
 _ENVELOPE_TAIL = re.compile(r"\[Command finished with exit code (-?\d{1,6})\]\s{0,8}$")
 _OUTPUT_CLOSE = "</output>"
+# Moatless Tools wraps every observation in this tag, which carries no status.
+_OBSERVATION_OPEN = re.compile(r"\s{0,8}<observation>")
+_OBSERVATION_CLOSE = "</observation>"
 
 
 def unwrap(text: str) -> tuple[str, int | None]:
@@ -150,6 +156,13 @@ def unwrap(text: str) -> tuple[str, int | None]:
     tail = _ENVELOPE_TAIL.search(text[-_TAIL_CHARS:])
     if tail is not None:
         return text[: len(text) - len(text[-_TAIL_CHARS:]) + tail.start()], int(tail.group(1))
+    opened = _OBSERVATION_OPEN.match(text[:_HEAD_CHARS])
+    if opened is not None:
+        body = text[opened.end() :]
+        stripped = body.rstrip()
+        if stripped.endswith(_OBSERVATION_CLOSE):
+            body = stripped[: -len(_OBSERVATION_CLOSE)]
+        return body, None
     return text, None
 
 
@@ -168,6 +181,7 @@ def classify(text: str | None) -> Outcome:
         if status != 0:
             return Outcome.ERROR if body.strip() else Outcome.EMPTY
         return _data(body)
+    text = body
     if not text.strip():
         return Outcome.ACK  # a tool with nothing to say (think, sleep) did its job
     head = text[:_HEAD_CHARS]
@@ -210,9 +224,8 @@ def result_key(text: str | None, outcome: Outcome) -> str:
     if text is None:
         return "missing"
     body, status = unwrap(text)
-    if status is not None:
-        # The envelope is the same for every command: key what the command printed.
-        text = f"exit {status}\n{body}" if outcome.failed else body
+    # The envelope is the same for every command: key what the command printed.
+    text = f"exit {status}\n{body}" if status is not None and outcome.failed else body
     if outcome.failed:
         # First and last lines: the kind of error and its final message. The middle of a
         # long error (a traceback, the rejected edit echoed back) varies with each attempt.

@@ -9,10 +9,13 @@ cycle, whatever the agent's own messages say.
 
 from __future__ import annotations
 
+import re
+from collections import deque
+
 from judge.detectors.base import LOOP_SCORE, Event, Finding, near_miss, short
 from judge.detectors.outcome import Outcome
 from judge.detectors.steps import Step
-from judge.user_turns import digest, is_recovery
+from judge.user_turns import digest, is_observation, is_recovery
 from judge.verdict import LoopKind
 
 # Identical user messages in a row that make a loop: the third time the harness has to
@@ -23,23 +26,34 @@ REPEATS = 3
 MIN_CHARS = 20
 # Evidence kept per run: enough to cite the loop, bounded whatever its length.
 MAX_EVIDENCE = 12
+# Result keys remembered to tell new data from a result seen before (as text_repetition).
+SEEN_RESULTS = 64
+# Harnesses put counts in their nudges ("found 2 actions", "found 4 actions"): the same
+# nudge whatever the number (but not for observations, whose numbers are their data).
+_NUMBER = re.compile(r"\d+")
 
 
 class RepeatedFeedbackDetector:
     """Counts identical user-role messages in a row (our own recovery messages skipped).
 
-    A new successful tool result in between ends the run: a harness that says "continue"
-    after each productive step is not stuck.
+    A successful tool result with new data, or a new file change, in between ends the run:
+    a harness that says "continue" after each productive step is not stuck, while one that
+    says "provide a tool call" after each re-run of the same search is.
     """
 
     name = "repeated_feedback"
-    STATE = ("_key", "_count", "_evidence", "_text", "_current")
+    STATE = ("_key", "_count", "_evidence", "_text", "_current", "_seen", "_edits")
 
     def __init__(self, repeats: int = REPEATS) -> None:
         self._repeats = repeats
         self.reset()
 
     def reset(self) -> None:
+        self._seen: deque[str] = deque(maxlen=SEEN_RESULTS)
+        self._edits = 0
+        self._end_run()
+
+    def _end_run(self) -> None:
         self._key: str | None = None
         self._count = 0
         self._evidence: tuple[int, ...] = ()
@@ -48,16 +62,22 @@ class RepeatedFeedbackDetector:
 
     def observe(self, event: Event) -> Finding | None:
         if isinstance(event, Step):
-            if event.outcome is Outcome.OK:
-                self.reset()
+            new_data = event.outcome is Outcome.OK and event.key not in self._seen
+            if new_data:
+                self._seen.append(event.key)
+            if new_data or event.edits != self._edits:
+                self._edits = event.edits
+                self._end_run()
             return self._current
         if event.role != "user" or is_recovery(event):
             return self._current
         text = " ".join(event.content.split())
         if len(text) < MIN_CHARS:
-            self.reset()
+            self._end_run()
             return None
-        key = digest(text)
+        # Tool output in the user role differs by its numbers ("page 3 of 9"); a nudge's
+        # numbers are noise.
+        key = digest(text if is_observation(event) else _NUMBER.sub("#", text))
         if key == self._key:
             self._count += 1
             self._evidence = (*self._evidence, event.index)[-MAX_EVIDENCE:]

@@ -100,10 +100,14 @@ class StepBuilder:
         steps = []
         for pos, call in enumerate(self._pending):
             index, text, is_error = self._results.get(pos, (None, None, False))
+            # Errors echo their input ("String '<200 lines>' not found"): read the result
+            # with the call's own arguments blanked, so the verdict fits in the head.
+            stripped = _without_arguments(text, call) if text else text
             # The tool's own error flag beats reading the text: "0 rows" can be a failure.
-            outcome = Outcome.ERROR if is_error else classify(text)
-            keyed = _without_arguments(text, call) if outcome.failed and text else text
-            self._count_edit(call)
+            outcome = Outcome.ERROR if is_error else classify(stripped)
+            keyed = stripped if outcome.failed else text
+            if not outcome.failed:  # a refused edit changed nothing
+                self._count_edit(call)
             steps.append(
                 Step(
                     call,

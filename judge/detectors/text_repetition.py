@@ -184,7 +184,10 @@ class TextRepetitionDetector:
         )
 
     def _reasked(self, msg: Message) -> Finding | None:
-        asked = questions(msg.content)
+        # A question asked of someone ends the turn; one beside a tool call is the agent
+        # thinking aloud ("maybe the warning comes from __eq__?"), which a debugging agent
+        # rightly asks itself again after each experiment.
+        asked = [] if msg.tool_calls else questions(msg.content)
         earlier = [
             index
             for index, qs, epoch in self._asked

@@ -39,8 +39,11 @@ __all__ = [
 # Trajectories replayed at once. Judge calls dominate the wall time of a judge-mode eval;
 # 8 in flight stays under the default rate limits of hosted flash models.
 DEFAULT_CONCURRENCY = 8
-# Roles that answer an assistant's tool calls and so belong to the same turn.
-_RESULT_ROLES = ("tool", "function")
+# Roles that arrive between two assistant messages: tool results, and what the user or the
+# harness says next ("Please provide a tool call"). The agent calls turn_started with all
+# of them before it asks its model again, so a turn's history ends just before the next
+# assistant message.
+_RESULT_ROLES = ("tool", "function", "user")
 # Hand-made trajectories carry this repo name in their source (evals/make_handmade.py).
 _HANDMADE_REPO = "loop-judge"
 # Agent names longer than this lose their parenthesised detail in tables
@@ -54,9 +57,10 @@ ClientFactory = Callable[[Trajectory], LLMClient | None]
 def assistant_turns(messages: Sequence[dict[str, Any]]) -> list[tuple[int, int]]:
     """``(assistant index, history length)`` for each turn of a recorded conversation.
 
-    A turn starts when the agent is about to answer again: right after an assistant message
-    and the tool results that answer it. The assistant index is what a flag on that turn
-    points at, because it is the newest thing the agent did.
+    A turn starts when the agent is about to answer again: right after an assistant message,
+    the tool results that answer it and any user or harness message that follows. The
+    assistant index is what a flag on that turn points at, because it is the newest thing
+    the agent did.
     """
     turns = []
     for i, msg in enumerate(messages):
