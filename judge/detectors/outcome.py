@@ -39,7 +39,7 @@ _TAIL_CHARS = max(map(len, _ERROR_TRAILERS)) + 64
 
 _ERROR_START = re.compile(
     # editor tools that refused to change anything (str_replace_editor and kin)
-    r"^\s*(?:string\b.{0,20}\bnot found|the old_str and new_str are the same|"
+    r"^\s*(?:string\b.{0,80}?\bnot found|the old_str and new_str are the same|"
     r"no replacement was performed|no changes (?:were|have been) made|"
     r"\[?error\]?|err\b|exception|traceback|fatal|failed|failure|invalid|"
     r"cannot|can't|could not|couldn't|unable to|not found|no such|permission denied|"

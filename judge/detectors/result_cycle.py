@@ -24,6 +24,10 @@ WHACK_OCCURRENCES = 3
 # runs are looked for among this many recent failures.
 FLIP_RUNS = 5
 FLIP_WINDOW = 40
+# Stuck: the same tool failing with the same error this many times with no new file change
+# in between, whatever else happens between (re-reading the file, searching). The labelling
+# rule's ">= 4 varied attempts that get the same error" (shared/recorded/LABELING.md).
+STUCK_FAILURES = 4
 # Outcomes that say nothing about progress and never form "the same result".
 _NO_RESULT = (Outcome.ACK, Outcome.NUMBER, Outcome.MISSING)
 
@@ -46,8 +50,8 @@ class ResultCycleDetector:
         self._signatures: dict[str, Step] = {}
         self._evidence: list[int] = []
         self._errors: deque[tuple[str, str, Step]] = deque(maxlen=WHACK_WINDOW)
-        # (signature, result key, call index) of recent failures, for flip-flops
-        self._failures: deque[tuple[str, str, int]] = deque(maxlen=FLIP_WINDOW)
+        # (signature, result key, call index, tool, edit epoch) of recent failures
+        self._failures: deque[tuple[str, str, int, str, int]] = deque(maxlen=FLIP_WINDOW)
         self._whack: Finding | None = None
         self._current: Finding | None = None
 
@@ -99,7 +103,8 @@ class ResultCycleDetector:
 
     def _flip(self, step: Step) -> bool:
         """The same call's last runs failing A, B, A, B, A (edits or not between)."""
-        runs = [(k, i) for sig, k, i in self._failures if sig == step.signature][-FLIP_RUNS:]
+        runs = [(k, i) for sig, k, i, _, _ in self._failures if sig == step.signature]
+        runs = runs[-FLIP_RUNS:]
         if len(runs) < FLIP_RUNS:
             return False
         a, b = runs[-1][0], runs[-2][0]
@@ -122,6 +127,33 @@ class ResultCycleDetector:
         )
         return True
 
+    def _stuck(self, step: Step) -> bool:
+        """The same tool, the same error, again and again with nothing changed between."""
+        same = [
+            i
+            for _, key, i, tool, edits in self._failures
+            if key == step.key and tool == step.call.name and edits == step.edits
+        ]
+        if len(same) < STUCK_FAILURES:
+            return False
+        self._whack = Finding(
+            detector=self.name,
+            kind=LoopKind.SIMILAR_RETRY,
+            score=LOOP_SCORE,
+            evidence=tuple(same[-2 * STUCK_FAILURES :]),
+            summary=f"{step.call.name} failed the same way {len(same)}x with nothing changed "
+            f"in between: {short(step.result or '', 80)}",
+            pattern=f"stuck:{step.call.name}:{step.key}",
+            details={
+                "tool": step.call.name,
+                "result": short(step.result or "", 200),
+                "failing": True,
+                "count": len(same),
+                "limit": STUCK_FAILURES - 1,
+            },
+        )
+        return True
+
     def _track_errors(self, step: Step) -> None:
         # Only real errors: "no results" from searches with new arguments is exploring.
         if step.outcome is not Outcome.ERROR:
@@ -130,8 +162,10 @@ class ResultCycleDetector:
         # every coding agent; only errors since the last new change are compared.
         recent = [e for e in self._errors if e[2].edits == step.edits]
         self._errors.append((step.key, step.call.name, step))
-        self._failures.append((step.signature, step.key, step.call_index))
-        if self._flip(step):
+        self._failures.append(
+            (step.signature, step.key, step.call_index, step.call.name, step.edits)
+        )
+        if self._flip(step) or self._stuck(step):
             return
         if not recent or recent[-1][0] == step.key:
             return
