@@ -94,7 +94,10 @@ class ExactRepeatDetector:
         self._evidence.append(event.call_index)
         self._last = event
         self._recent.append(event)
-        self._current = self._assess() or self._recurring(event)
+        # A run just under its limit must not hide the same call's return after others
+        # (write, look, write, write: two in a row, four in the window).
+        found = [f for f in (self._assess(), self._recurring(event)) if f is not None]
+        self._current = max(found, key=lambda f: f.score) if found else None
         return self._current
 
     def _recurring(self, step: Step) -> Finding | None:
