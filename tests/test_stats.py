@@ -27,7 +27,7 @@ def play(tracker: LoopTracker, history: list[dict[str, Any]]) -> list[Verdict]:
 
 
 def relapsing_agent() -> Agent:
-    """write_file x4 (2 loop verdicts), 5 clean turns, then the loop again (2 more)."""
+    """write_file x4 (2 loop verdicts), 5 clean turns, then the loop again (3 more)."""
     agent = Agent()
     for _ in range(4):
         agent.call("write_file", {"path": "a.txt"}, "File written.")
@@ -44,14 +44,15 @@ def test_heuristic_stats() -> None:
     flagged = [v for v in verdicts if v]
     stats = tracker.stats
     assert stats.turns == len(verdicts) == 12
-    assert [v.turn for v in flagged] == [3, 4, 10, 12]
-    assert stats.detections == len(flagged) == 4
-    assert stats.detections_by_kind == {"exact_repeat": 4}
-    assert stats.detections_by_source == {"heuristic:exact_repeat": 4}
-    assert stats.actions == {"warn": 2, "ask_user": 1, "stop": 1}
-    # turns 4 and 12 came within 5 turns of a warning: failed recoveries; turns 5-9 were
-    # clean after the warning of turn 4: a recovery
-    assert (stats.recoveries_succeeded, stats.recoveries_failed) == (1, 2)
+    # each write after a warning is the loop again (new evidence), so each one climbs
+    assert [v.turn for v in flagged] == [3, 4, 10, 11, 12]
+    assert stats.detections == len(flagged) == 5
+    assert stats.detections_by_kind == {"exact_repeat": 5}
+    assert stats.detections_by_source == {"heuristic:exact_repeat": 5}
+    assert stats.actions == {"warn": 2, "ask_user": 1, "stop": 2}
+    # turns 4, 11 and 12 came within 5 turns of a warning: failed recoveries; turns 5-9
+    # were clean after the warning of turn 4: a recovery
+    assert (stats.recoveries_succeeded, stats.recoveries_failed) == (1, 3)
     assert stats.checks == stats.judge_calls == 0 and stats.cost_usd == 0.0
     # a copy: changing it changes nothing
     stats.turns = 0

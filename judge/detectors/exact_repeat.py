@@ -115,6 +115,8 @@ class ExactRepeatDetector:
             if s.key == key and s.signature == sig and s.edits == step.edits
         ]
         count = len(same)
+        if count <= self._count:
+            return None  # one unbroken run: the in-a-row limit (per tool class) decides
         if count < 2 or step.outcome.name == "MISSING":
             return None
         looping = count >= self._recur_min

@@ -12,6 +12,7 @@ from judge.config import TrackerConfig
 from judge.detectors.base import Detector, Event, Finding
 from judge.detectors.cycle import CycleDetector
 from judge.detectors.exact_repeat import ExactRepeatDetector
+from judge.detectors.no_effect import NoEffectDetector
 from judge.detectors.repeated_feedback import RepeatedFeedbackDetector
 from judge.detectors.repeated_request import RepeatedRequestDetector
 from judge.detectors.result_cycle import ResultCycleDetector
@@ -76,6 +77,7 @@ def default_detectors(config: TrackerConfig) -> list[Detector]:
         ResultCycleDetector(config.result_cycle_min),
         TextRepetitionDetector(config.text_similarity, config.text_min_repeats),
         RepeatedFeedbackDetector(),
+        NoEffectDetector(),
         *_semantic_detectors(config),
     ]
 
