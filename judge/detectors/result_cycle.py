@@ -39,7 +39,16 @@ class ResultCycleDetector:
     name = "result_cycle"
     reads_messages = False  # it reasons about call steps only
     # Attributes that make up the detector's state (serialized by LoopTracker.state).
-    STATE = ("_key", "_signatures", "_evidence", "_errors", "_whack", "_current", "_failures")
+    STATE = (
+        "_key",
+        "_streak_edits",
+        "_signatures",
+        "_evidence",
+        "_errors",
+        "_whack",
+        "_current",
+        "_failures",
+    )
 
     def __init__(self, min_calls: int) -> None:
         self._min_calls = min_calls
@@ -47,6 +56,7 @@ class ResultCycleDetector:
 
     def reset(self) -> None:
         self._key: str | None = None
+        self._streak_edits = 0
         self._signatures: dict[str, Step] = {}
         self._evidence: list[int] = []
         self._errors: deque[tuple[str, str, Step]] = deque(maxlen=WHACK_WINDOW)
@@ -70,8 +80,11 @@ class ResultCycleDetector:
         if step.outcome in _NO_RESULT:
             self._key, self._signatures, self._evidence = None, {}, []
             return
-        if step.key != self._key:
+        # A new file change starts a new streak: edits that each change the code and get the
+        # same reply are not calls asking for the same thing.
+        if step.key != self._key or step.edits != self._streak_edits:
             self._key, self._signatures, self._evidence = step.key, {}, []
+            self._streak_edits = step.edits
         self._signatures.setdefault(step.signature, step)
         if len(self._evidence) < 2 * self._min_calls:
             self._evidence.append(step.call_index)

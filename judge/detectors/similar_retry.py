@@ -60,6 +60,8 @@ class SimilarRetryDetector:
         for step, text in self._steps:
             if step.call.name != last.call.name or step.key != last.key:
                 continue
+            if step.edits != last.edits:
+                continue  # a new file change between: a retry against changed code
             if (
                 text != last_text
                 and Levenshtein.normalized_similarity(
