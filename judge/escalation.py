@@ -19,11 +19,12 @@ Counting rules, chosen so the ladder is predictable and documented in one place:
   escaped keeps its count: relapsing is exactly what the higher rungs are for. The LLM
   judge's pattern is the exception: the judge is asked every 5-15 turns, so silence proves
   nothing; its attempt closes as a recovery only when a later check finds no loop.
-- A verdict is tied to its evidence. The ladder remembers the newest message a loop
-  verdict cited (``acted_through``); a finding that cites nothing newer is the loop already
-  answered, not a new repeat, and must not flag again (`Ladder.stale`). So the ladder climbs
-  only when the agent repeats the pattern after it was told, and an agent that obeys the
-  recovery message is never pushed towards ``stop``.
+- A verdict is tied to its evidence. A loop verdict answers everything read so far: the
+  ladder remembers the newest message at that moment (``acted_through``, and a digest of
+  it to find it again in a rewritten history); a finding that cites nothing newer is a
+  loop already answered, not a new repeat, and must not flag again (`Ladder.stale`). So
+  the ladder climbs only when the agent repeats a pattern after it was told, and an agent
+  that obeys the recovery message is never pushed towards ``stop``.
 """
 
 from __future__ import annotations
@@ -139,7 +140,10 @@ class LadderState(BaseModel):
     patterns: dict[str, PatternState] = Field(default_factory=dict)
     overrides: list[OverrideRecord] = Field(default_factory=list)
     acted_through: int = Field(
-        default=-1, description="newest message index a loop verdict cited (-1: none yet)"
+        default=-1, description="newest message index read when a loop verdict was given"
+    )
+    acted_digest: str | None = Field(
+        default=None, description="digest of that message, to find it after a rewrite"
     )
 
 
@@ -224,15 +228,21 @@ class Ladder:
         """
         return bool(evidence) and max(evidence) <= self.state.acted_through
 
-    def acted(self, evidence: Sequence[int]) -> None:
-        """A loop verdict cited ``evidence``: what it shows is now answered."""
-        if evidence:
-            self.state.acted_through = max(self.state.acted_through, max(evidence))
+    def answered(self, index: int, digest: str) -> None:
+        """A loop verdict was given with message ``index`` the newest read: everything up to
+        it is answered (``digest`` identifies that message whatever its position)."""
+        if index >= self.state.acted_through:
+            self.state.acted_through, self.state.acted_digest = index, digest
 
-    def rewound(self, last_index: int) -> None:
-        """The history was rewritten and re-read up to ``last_index``: everything re-read
-        stays answered, and anything after it is new (a shorter history shifts indices)."""
-        self.state.acted_through = min(self.state.acted_through, last_index)
+    def relocate(self, index: int | None) -> None:
+        """After a rewrite, where the newest answered message is now (None: it is gone, so
+        everything left is newer: a sliding window dropped it, or a summary replaced it)."""
+        if self.state.acted_digest is None:
+            return
+        if index is None:
+            self.state.acted_through, self.state.acted_digest = -1, None
+        else:
+            self.state.acted_through = index
 
     # -- detections ----------------------------------------------------------------------
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from hashlib import blake2b
 from typing import Any
 
 from judge.errors import HistoryError
@@ -121,13 +122,23 @@ def _content_text(content: Any, index: int) -> str:
                     )
                 parts.append(text)
             else:
-                parts.append(f"[{kind}]")  # images, audio, files: present but not compared
+                # Images, audio, files: present, and told apart by a digest of their data,
+                # so a screenshot after each click is not "the same result" every time.
+                parts.append(f"[{kind} {_part_digest(part)}]")
         return _clean_text("\n".join(parts))
     raise HistoryError(
         f"content must be a string, a list of parts or None, got {type(content).__name__}",
         index=index,
         field="content",
     )
+
+
+def _part_digest(part: Mapping[str, Any]) -> str:
+    try:
+        data = json.dumps(part, sort_keys=True, default=str)
+    except (TypeError, ValueError, RecursionError):
+        data = repr(sorted(part))
+    return blake2b(data.encode("utf-8", "replace"), digest_size=6).hexdigest()
 
 
 def canonical_arguments(arguments: Any) -> tuple[str, Any]:
@@ -334,6 +345,15 @@ def normalize_entry(raw: Any, index: int) -> list[Message]:
         if _TOOL_USE in kinds:
             return [_assistant_blocks(data, parts, index)]
     return [normalize_message(data, index)]
+
+
+def message_digest(msg: Message) -> str:
+    """A digest of what a message says, not where it is: the same message keeps it when a
+    rewritten history moves it (a sliding window, a compacted head)."""
+    parts = [msg.role, msg.name or "", msg.tool_call_id or "", str(msg.is_error), msg.content]
+    parts.extend(call.signature for call in msg.tool_calls)
+    text = "\x1f".join(parts)
+    return blake2b(text.encode("utf-8", "replace"), digest_size=12).hexdigest()
 
 
 def ensure_sequence(history: Any) -> Sequence[Any]:

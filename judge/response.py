@@ -163,7 +163,6 @@ class Responder:
 
     def heuristic_verdict(self, finding: Finding, *, turn: int) -> Verdict:
         step = self.ladder.escalate(finding.pattern, label=finding.summary, kind=finding.kind)
-        self.ladder.acted(finding.evidence)
         errors: list[str] = []
         if self.memory is not None:
             try:
@@ -240,7 +239,6 @@ class Responder:
         # without one, no progress in spite of varied actions is what "cognitive" means.
         kind = found.findings[0].kind if found.findings else LoopKind.COGNITIVE
         step = self.ladder.escalate(LLM_PATTERN, label=label, kind=kind)
-        self.ladder.acted(outcome.evidence)
         found = for_judge(
             deciding, step, evidence=outcome.evidence,
             recent_calls=recent_calls(recent, self.config.history_messages),

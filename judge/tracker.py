@@ -26,7 +26,7 @@ from judge.detectors.stream import StreamMonitor
 from judge.detectors.suite import Assessment, DetectorSuite
 from judge.errors import HistoryError
 from judge.escalation import LadderState, OverrideRecord
-from judge.history import HistoryCursor, Message, canonical_arguments
+from judge.history import HistoryCursor, Message, canonical_arguments, message_digest
 from judge.llm_judge import JudgeOutcome, TwoStageJudge
 from judge.redaction import Redactor
 from judge.response import LoopCallback, Responder
@@ -299,6 +299,7 @@ class LoopTracker:
             self._stream.reset()
             found = self._responder.adjust(self._suite.assess())
             if found.loop is not None:
+                self._answered()
                 return self._heuristic_verdict(found.loop)
             suspicion = found.suspicion
             early = self.config.early_checks and suspicion >= SUSPICION_SCORE
@@ -311,7 +312,10 @@ class LoopTracker:
             if skipped is not None:
                 return Verdict(turn=self.turn, suspicion=suspicion, errors=[skipped])
             outcome = await self._run_check(window)
-            return self._judge_verdict(outcome, found)
+            verdict = self._judge_verdict(outcome, found)
+            if verdict.looping:
+                self._answered()
+            return verdict
 
     def _ingest(self, history: Any) -> None:
         new, rewound = self._cursor.advance(history)
@@ -319,9 +323,12 @@ class LoopTracker:
             logger.info("history was rewritten; re-reading it from the start")
             self._recent.clear()
             self._suite.reset()
-            if new:
-                # What a verdict already answered stays answered when it is re-read.
-                self._responder.ladder.rewound(new[-1].index)
+            # What a verdict already answered stays answered when it is re-read, wherever
+            # the rewrite moved it; what came after it is new.
+            answered = self._responder.ladder.state.acted_digest
+            if answered is not None:
+                found = [m.index for m in new if message_digest(m) == answered]
+                self._responder.ladder.relocate(found[-1] if found else None)
         for msg in new:
             if msg.role == "user":
                 self._on_user_message(msg)
@@ -357,6 +364,12 @@ class LoopTracker:
         if left is not None:
             return skip_message(left, self._breaker.consecutive_failures)
         return None
+
+    def _answered(self) -> None:
+        """A loop verdict is being given: everything read so far is answered."""
+        _, last = self._cursor.snapshot()
+        if last is not None:
+            self._responder.ladder.answered(last.index, message_digest(last))
 
     def _fresh_window(self) -> list[Message] | None:
         """The judge's window, without what a loop verdict already answered; None while

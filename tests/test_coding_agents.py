@@ -213,6 +213,9 @@ async def test_harness_nudges_that_differ_only_in_numbers_are_a_loop() -> None:
         agent.say(reply)
         agent.user(
             f"Please always provide EXACTLY ONE action in triple backticks, found {n} actions."
+            "\n\nPlease format your action in triple backticks as shown in <response_example>."
+            "\n\n<response_example>\nHere are some thoughts about why you want to perform "
+            "the action.\n\n```bash\n<action>\n```\n</response_example>"
         )
         verdicts.append(await run(agent))
     assert not verdicts[1] and verdicts[2]

@@ -334,3 +334,126 @@ def test_broken_anthropic_blocks_name_the_field(message: dict[str, Any], field: 
     with pytest.raises(HistoryError) as err:
         normalize_history([{"role": "user", "content": "hi"}, message])
     assert err.value.index == 1 and err.value.field == field
+
+
+# -- review findings: the live loop in other history shapes -------------------------------
+
+
+async def test_a_sliding_window_history_still_flags_a_relapse() -> None:
+    """The agent sends the system message and its last 12 messages each turn: every turn
+    is a rewrite. A flag must not make the rest of the session look answered."""
+    t = tracker()
+    full = LiveAgent(t).history[:2]
+    flags = []
+    for i in range(20):
+        cid = f"c{i}"
+        full.append(
+            {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [
+                    {
+                        "id": cid,
+                        "type": "function",
+                        "function": {"name": "testTool", "arguments": '{"customer": "42"}'},
+                    }
+                ],
+            }
+        )
+        full.append({"role": "tool", "tool_call_id": cid, "content": SHIPPED})
+        window = [full[0], *full[2:][-12:]]
+        if await t.turn_started(window):
+            flags.append(i)
+    assert len(flags) >= 5, flags  # the agent never stopped: neither does detection
+
+
+async def test_a_verdict_answers_every_finding_standing_at_that_moment() -> None:
+    t = tracker()
+    agent = LiveAgent(t)
+    nudge = "Your last command failed. Please try a different approach."
+    for _ in range(3):
+        agent.call("deploy", {"env": "prod"}, "Error: deploy failed")
+        agent.user(nudge)
+    assert await t.turn_started(agent.history)
+    agent.say("I will explain the failure to the user instead of deploying again.")
+    assert not await t.turn_started(agent.history)
+    assert t.detections == 1
+
+
+async def test_a_long_run_of_the_same_error_keeps_being_flagged() -> None:
+    t = tracker()
+    agent = LiveAgent(t)
+    flagged = []
+    for i in range(14):
+        agent.call("run_script", {"name": f"fix_{i}.sh"}, "Error: permission denied")
+        flagged.append(bool(await agent.turn()))
+    assert all(flagged[-4:]), flagged  # each new failure is the loop again
+
+
+async def test_screenshots_are_not_the_same_result() -> None:
+    t = tracker()
+    agent = LiveAgent(t, fmt="anthropic")
+    for i in range(8):
+        cid = f"tu_{i}"
+        agent.history.append(
+            {
+                "role": "assistant",
+                "content": [
+                    {
+                        "type": "tool_use",
+                        "id": cid,
+                        "name": "computer",
+                        "input": {"action": "click", "coordinate": [10 * i, 20]},
+                    }
+                ],
+            }
+        )
+        agent.history.append(
+            {
+                "role": "user",
+                "content": [
+                    {
+                        "type": "tool_result",
+                        "tool_use_id": cid,
+                        "content": [
+                            {"type": "image", "source": {"type": "base64", "data": f"PNGDATA{i}"}}
+                        ],
+                    }
+                ],
+            }
+        )
+        assert not await t.turn_started(agent.history)
+
+
+async def test_the_same_short_reply_to_different_notes_is_not_a_loop() -> None:
+    t = tracker()
+    agent = LiveAgent(t)
+    for i in range(7):
+        agent.user(f"Please note that meeting number {i} moved to room {i + 100}.")
+        agent.say("Got it, noted.")
+        assert not await t.turn_started(agent.history)
+
+
+async def test_the_same_observation_after_different_actions_is_not_a_loop() -> None:
+    t = tracker()
+    history: list[dict[str, Any]] = [{"role": "user", "content": "Rename the module."}]
+    for i in range(6):
+        history.append(
+            {"role": "assistant", "content": f"```bash\nsed -i 's/a{i}/b{i}/' m.py\n```"}
+        )
+        history.append(
+            {"role": "user", "content": "<returncode>0</returncode>\n<output>\n</output>"}
+        )
+        assert not await t.turn_started(history)
+
+
+async def test_override_silences_a_streamed_word_stutter() -> None:
+    t = tracker()
+    agent = LiveAgent(t)
+    agent.say("Let me try " + "again " * 12 + "later.")
+    verdict = await t.turn_started(agent.history)
+    assert verdict
+    t.override(verdict, "the user asked for it")
+    await t.turn_started(agent.history)
+    text = "Let me try " + "again " * 30
+    assert not any(t.content_chunk(text[i : i + 7]) for i in range(0, len(text), 7))

@@ -15,6 +15,7 @@ from collections import deque
 from judge.detectors.base import LOOP_SCORE, Event, Finding, near_miss, short
 from judge.detectors.outcome import Outcome
 from judge.detectors.steps import Step
+from judge.history import message_digest
 from judge.user_turns import digest, is_observation, is_recovery
 from judge.verdict import LoopKind
 
@@ -29,7 +30,10 @@ MAX_EVIDENCE = 12
 # Result keys remembered to tell new data from a result seen before (as text_repetition).
 SEEN_RESULTS = 64
 # Harnesses put counts in their nudges ("found 2 actions", "found 4 actions"): the same
-# nudge whatever the number (but not for observations, whose numbers are their data).
+# nudge whatever the number. Only for a message this long, a filled-in template (the
+# mini-swe-agent format error is about 600 characters): a person's short notes that differ
+# in a number ("meeting 3 moved to room 103") differ, and so does tool output.
+TEMPLATE_CHARS = 200
 _NUMBER = re.compile(r"\d+")
 
 
@@ -42,7 +46,17 @@ class RepeatedFeedbackDetector:
     """
 
     name = "repeated_feedback"
-    STATE = ("_key", "_count", "_evidence", "_text", "_current", "_seen", "_edits")
+    STATE = (
+        "_key",
+        "_count",
+        "_evidence",
+        "_text",
+        "_current",
+        "_seen",
+        "_edits",
+        "_action",
+        "_run_action",
+    )
 
     def __init__(self, repeats: int = REPEATS) -> None:
         self._repeats = repeats
@@ -51,9 +65,11 @@ class RepeatedFeedbackDetector:
     def reset(self) -> None:
         self._seen: deque[str] = deque(maxlen=SEEN_RESULTS)
         self._edits = 0
+        self._action = ""  # digest of the agent's latest message (what it did)
         self._end_run()
 
     def _end_run(self) -> None:
+        self._run_action: str | None = None  # the action before each observation of the run
         self._key: str | None = None
         self._count = 0
         self._evidence: tuple[int, ...] = ()
@@ -69,6 +85,9 @@ class RepeatedFeedbackDetector:
                 self._edits = event.edits
                 self._end_run()
             return self._current
+        if event.role == "assistant":
+            self._action = message_digest(event)
+            return self._current
         if event.role != "user" or is_recovery(event):
             return self._current
         text = " ".join(event.content.split())
@@ -77,12 +96,19 @@ class RepeatedFeedbackDetector:
             return None
         # Tool output in the user role differs by its numbers ("page 3 of 9"); a nudge's
         # numbers are noise.
-        key = digest(text if is_observation(event) else _NUMBER.sub("#", text))
+        templated = len(text) >= TEMPLATE_CHARS and not is_observation(event)
+        key = digest(_NUMBER.sub("#", text) if templated else text)
+        # The same tool output back after a *different* action is that action's answer
+        # ("<returncode>0</returncode>" after each new edit), not the agent stuck.
+        observed = is_observation(event)
+        if key == self._key and observed and self._action != self._run_action:
+            self._key = None
         if key == self._key:
             self._count += 1
             self._evidence = (*self._evidence, event.index)[-MAX_EVIDENCE:]
         else:
             self._key, self._count, self._evidence, self._text = key, 1, (event.index,), text
+        self._run_action = self._action if observed else None
         self._current = self._assess()
         return self._current
 

@@ -86,8 +86,9 @@ class ResultCycleDetector:
             self._key, self._signatures, self._evidence = step.key, {}, []
             self._streak_edits = step.edits
         self._signatures.setdefault(step.signature, step)
-        if len(self._evidence) < 2 * self._min_calls:
-            self._evidence.append(step.call_index)
+        # The newest calls: a finding must cite the step that made it, or a long run would
+        # read as already answered and never flag again.
+        self._evidence = [*self._evidence, step.call_index][-2 * self._min_calls :]
 
     def _streak_finding(self, step: Step) -> Finding | None:
         count = len(self._signatures)

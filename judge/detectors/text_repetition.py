@@ -11,6 +11,7 @@ from judge.detectors.base import LOOP_SCORE, SUSPICION_CAP, Event, Finding, shor
 from judge.detectors.outcome import Outcome
 from judge.detectors.steps import Step
 from judge.history import Message
+from judge.user_turns import digest, is_recovery
 from judge.verdict import LoopKind
 
 # Messages shorter than this are routine ("Next speaker WebSurfer", "Let me check.") and
@@ -50,19 +51,24 @@ MIN_QUESTION_CHARS = 20
 # A question asked a fourth time with no new information in between is a loop; asking
 # three times is how tau-bench agents politely insist (one dev-split false positive).
 QUESTION_EARLIER = 3
+# A user message at least this long that differs from the last one is new information
+# (a note, a follow-up); shorter ones ("ok", "go on", "How are you?") are nudges.
+USER_NEWS_CHARS = 20
 # Result keys remembered to tell new information from old.
 SEEN_RESULTS = 64
 # Message indices cited for a run of short messages: enough to show it, bounded.
 MAX_RUN_EVIDENCE = 12
 
-_QUESTION = re.compile(r"[^.!?\n]*\?")
+# Splits after each sentence end; questions are the pieces ending in "?". (A pattern like
+# "[^.!?]*\?" rescans from every position: quadratic on text with no punctuation.)
+_SENTENCE_END = re.compile(r"(?<=[.!?\n])")
 _FENCE = re.compile(r"```.*?(?:```|$)", re.DOTALL)
 _SENTENCE_SPLIT = re.compile(r"(?<=[.!?])\s+|\n+")
 _WORD_STUTTER = re.compile(r"\b(\w{2,})(?:\s+\1\b){2,}", re.IGNORECASE)
 _STRUCTURED_LINE = re.compile(r"^\s*(?:\||[-*+]\s|\d+[.)]\s|#)")
-# A short sentence counts towards a run only if it has a letter or digit: a run of "}" or
-# "..." lines is layout, not speech.
-_WORDY = re.compile(r"\w")
+# A short sentence counts towards a run only if it has a letter: a run of "}", "..." or
+# "0" lines is layout or data, not speech.
+_WORDY = re.compile(r"[^\W\d_]")  # a letter: a column of "0" lines is data, not speech
 
 
 def prose(text: str) -> str:
@@ -77,7 +83,9 @@ def degenerate(text: str) -> tuple[str, int] | None:
     body = prose(text)
     stutter = _WORD_STUTTER.search(body)
     if stutter:
-        return stutter.group(0), len(stutter.group(0).split())
+        # The word, not the run: the run's length depends on when it was read (a stream),
+        # and the pattern must not, or an override of one would miss the other.
+        return stutter.group(1).lower(), len(stutter.group(0).split())
     counts: dict[str, int] = {}
     sentences = [" ".join(s.lower().split()) for s in _SENTENCE_SPLIT.split(body)]
     sentences = [s for s in sentences if s]
@@ -101,7 +109,8 @@ def degenerate(text: str) -> tuple[str, int] | None:
 
 
 def questions(text: str) -> list[str]:
-    found = (" ".join(q.lower().split()) for q in _QUESTION.findall(prose(text)))
+    pieces = _SENTENCE_END.split(prose(text))
+    found = (" ".join(q.lower().split()) for q in pieces if q.rstrip().endswith("?"))
     return [q for q in found if len(q) >= MIN_QUESTION_CHARS]
 
 
@@ -114,7 +123,7 @@ class TextRepetitionDetector:
 
     name = "text_repetition"
     # Attributes that make up the detector's state (serialized by LoopTracker.state).
-    STATE = ("_recent", "_asked", "_seen", "_epoch", "_current", "_run")
+    STATE = ("_recent", "_asked", "_seen", "_epoch", "_current", "_run", "_last_user")
 
     def __init__(self, similarity: float, min_repeats: int) -> None:
         self._similarity = similarity * 100
@@ -129,12 +138,24 @@ class TextRepetitionDetector:
         self._current: Finding | None = None
         # (text, epoch, count, indices) of the short message repeating in a row right now
         self._run: tuple[str, int, int, tuple[int, ...]] | None = None
+        self._last_user = ""
 
     def observe(self, event: Event) -> Finding | None:
         if isinstance(event, Step):
             if event.outcome is Outcome.OK and event.key not in self._seen:
                 self._epoch += 1
                 self._seen.append(event.key)
+            return self._current
+        if event.role == "user" and not is_recovery(event):
+            # Someone said something new: "Got it, noted." to six different notes is six
+            # short answers, not one stuck reply. A nudge repeated word for word is nothing new,
+            # and neither is "ok" or "go on" (shorter than a note: under USER_NEWS_CHARS).
+            said = digest(event.content)
+            if said != self._last_user and len(event.content.strip()) >= USER_NEWS_CHARS:
+                # Only the short-reply run: long near-identical replies to new messages are
+                # the agent not listening ("I apologize ... could you tell me the date?").
+                self._last_user = said
+                self._run = None
             return self._current
         if event.role != "assistant":
             return self._current
