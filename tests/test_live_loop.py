@@ -457,3 +457,13 @@ async def test_override_silences_a_streamed_word_stutter() -> None:
     await t.turn_started(agent.history)
     text = "Let me try " + "again " * 30
     assert not any(t.content_chunk(text[i : i + 7]) for i in range(0, len(text), 7))
+
+
+def test_a_long_fence_marker_split_across_chunks_still_opens_and_closes() -> None:
+    t = tracker()
+    chunks = ["Here is the fix:\n", "``", "```", "`python\n"]
+    chunks += ["    return result\n"] * 40  # code: repeats by design
+    chunks += ["``", "```", "\n", "I will check the order status now. " * 4]
+    verdicts = [t.content_chunk(c) for c in chunks]
+    assert not any(verdicts[:-1])  # the code block was read as code
+    assert verdicts[-1]  # the prose after it is read again, and it repeats itself

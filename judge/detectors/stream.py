@@ -40,14 +40,15 @@ class StreamMonitor:
     def _prose(self, chunk: str) -> str:
         """The part of ``chunk`` outside code fences, updating the fence state.
 
-        One pass of ``str.find`` over the chunk (and at most two carried backticks).
+        A fence marker is a run of three or more backticks, however long (Markdown's rule),
+        so the trailing run of a chunk is held back until the next one shows where it
+        ends; three backticks stand for a longer run, which keeps the carry bounded. One
+        pass over the chunk.
         """
         data = self._carry + chunk
-        # Up to two trailing backticks may be the start of a marker: keep them for the
-        # next chunk (three or more are a whole marker, found below).
         keep = len(data) - len(data.rstrip("`"))
-        self._carry = data[len(data) - keep :] if 0 < keep < len(FENCE) else ""
-        if self._carry:
+        self._carry = data[len(data) - keep :][: len(FENCE)] if keep else ""
+        if keep:
             data = data[: len(data) - keep]
         parts: list[str] = []
         pos = 0
@@ -61,7 +62,10 @@ class StreamMonitor:
                 parts.append(data[pos:at])
                 parts.append("\n")  # the block ends a sentence
             self._in_fence = not self._in_fence
-            pos = at + len(FENCE)
+            end = at + len(FENCE)
+            while end < len(data) and data[end] == "`":
+                end += 1  # the rest of a longer marker
+            pos = end
         return "".join(parts)
 
     def feed(self, chunk: str) -> Finding | None:
