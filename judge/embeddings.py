@@ -16,7 +16,7 @@ from __future__ import annotations
 import gzip
 import threading
 from importlib import resources
-from typing import Any
+from typing import Any, Protocol
 
 # Texts longer than this many tokens are truncated: the model was trained on 256.
 MAX_TOKENS = 256
@@ -44,6 +44,13 @@ def available() -> bool:
     except ImportError:
         return False
     return True
+
+
+class TextEmbedder(Protocol):
+    """What the semantic detector needs: unit-length vectors, one row per text. The
+    shipped `Embedder` is one; a cache or another model can stand in for it."""
+
+    def embed(self, texts: list[str]) -> Any: ...
 
 
 class Embedder:

@@ -239,7 +239,9 @@ def normalize_message(raw: Any, index: int) -> Message:
         # ids and names are echoed into the judge prompt: no lone surrogates there either
         name=_clean_text(str(name)) if name is not None else None,
         tool_calls=tool_calls,
-        tool_call_id=_clean_text(tool_call_id) if role == "tool" else None,
+        tool_call_id=_clean_text(tool_call_id)
+        if isinstance(tool_call_id, str) and role == "tool"
+        else None,
     )
 
 

@@ -239,7 +239,7 @@ class Responder:
         # without one, no progress in spite of varied actions is what "cognitive" means.
         kind = found.findings[0].kind if found.findings else LoopKind.COGNITIVE
         step = self.ladder.escalate(LLM_PATTERN, label=label, kind=kind)
-        found = for_judge(
+        texts = for_judge(
             deciding, step, evidence=outcome.evidence,
             recent_calls=recent_calls(recent, self.config.history_messages),
             budget=self.config.recovery_max_chars,
@@ -251,9 +251,9 @@ class Responder:
             kind=kind,
             evidence=outcome.evidence,
             action=step.action,
-            summary=found.summary,
-            explanation=found.explanation,
-            recovery_message=found.message,
+            summary=texts.summary,
+            explanation=texts.explanation,
+            recovery_message=texts.message,
             pattern=LLM_PATTERN,
             **common,
         )

@@ -185,7 +185,8 @@ class ResultCycleDetector:
             return
         # Count returns: occurrences of this error (same tool) each preceded by another error.
         history = [*recent, (step.key, step.call.name, step)]
-        returns, seen_other, evidence = 0, False, []
+        returns, seen_other = 0, False
+        evidence: list[int] = []
         for key, tool, earlier in history:
             if key == step.key and tool == step.call.name:
                 if evidence and seen_other:

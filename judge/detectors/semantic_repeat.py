@@ -16,7 +16,7 @@ from typing import Any
 
 from judge.detectors.base import LOOP_SCORE, Event, Finding, near_miss, short
 from judge.detectors.steps import Step
-from judge.embeddings import Embedder
+from judge.embeddings import TextEmbedder
 from judge.verdict import LoopKind
 
 # Same-tool requests compared with each new one (dev split: wider windows add false
@@ -65,7 +65,7 @@ class SemanticRepeatDetector:
     # Attributes that make up the detector's state (serialized by LoopTracker.state).
     STATE = ("_requests", "_current")
 
-    def __init__(self, embedder: Embedder) -> None:
+    def __init__(self, embedder: TextEmbedder) -> None:
         self._embedder = embedder
         self.reset()
 

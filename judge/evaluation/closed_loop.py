@@ -608,7 +608,7 @@ def _follow_ups() -> list[Scenario]:
     """A conversation: each user follow-up asks for something new, which the agent does
     with a few calls and answers."""
     out = []
-    conversations = (
+    conversations: tuple[tuple[str, str, list[Any], list[Any]], ...] = (
         (
             "shop",
             "What did order 1042 contain?",
@@ -1394,7 +1394,7 @@ def policy_table(report: ClosedLoopReport) -> TableData:
         "relapse", "stop loop", "prod flag", "false stop", "flag delay", "escape delay",
         "calls",
     )  # fmt: skip
-    rows = []
+    rows: list[tuple[str, ...]] = []
     for m in [*report.by_policy(), report.overall()]:
         loops = m.loop_runs > 0
         rows.append(
@@ -1426,12 +1426,12 @@ def reflag_table(report: ClosedLoopReport) -> TableData:
     total: Counter[str] = Counter()
     for counts in sources.values():
         total.update(counts)
-    rows = [
+    rows: list[tuple[str, ...]] = [
         (name, *(str(sources.get(p, Counter())[name]) for p in policies), str(count))
         for name, count in total.most_common()
     ]
     if not rows:
-        rows = [("none", *("0" for _ in policies), "0")]
+        rows = [("none", *("0" for _ in policies), "0")]  # same type as above
     return TableData(
         "closed loop: re-flags after escape by source / kind",
         ("source / kind", *policies, "total"),
@@ -1440,7 +1440,7 @@ def reflag_table(report: ClosedLoopReport) -> TableData:
 
 
 def productive_table(report: ClosedLoopReport) -> TableData:
-    rows = [
+    rows: list[tuple[str, ...]] = [
         (
             m.name,
             str(m.runs),
