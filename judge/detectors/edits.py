@@ -20,6 +20,7 @@ backtracking-prone patterns):
 from __future__ import annotations
 
 import re
+from functools import lru_cache
 from typing import Any
 
 from judge.history import ToolCall
@@ -30,7 +31,7 @@ _EDIT_VERBS = frozenset(
      "rename", "move", "append", "overwrite", "undo", "save"}
 )  # fmt: skip
 # Argument names that point at a file.
-_FILE_KEYS = frozenset({"path", "file", "file_path", "filepath", "filename", "target_file"})
+_FILE_KEYS = ("path", "file_path", "file", "filepath", "filename", "target_file")
 # Argument names that hold a shell command.
 _COMMAND_KEYS = ("command", "cmd", "script", "code")
 # Commands are read up to here: the write sits at the start of any real command line, and
@@ -60,15 +61,31 @@ def _command(parsed: Any, canonical: str) -> str | None:
     return None
 
 
+def edited_file(call: ToolCall) -> str | None:
+    """The file an editor tool call changes, if it is one (the first shape above)."""
+    parsed = call.parsed
+    if not isinstance(parsed, dict):
+        return None
+    path = next((parsed[k] for k in _FILE_KEYS if isinstance(parsed.get(k), str)), None)
+    if path is None:
+        return None
+    command = parsed.get("command")
+    # str_replace_editor(command="view" | "str_replace", path=...): the sub-command
+    # decides, not the tool's name.
+    verb = command if isinstance(command, str) and len(command) < 40 else call.name
+    return path if _is_edit_verb(verb) else None
+
+
+@lru_cache(maxsize=4096)
+def _is_edit_verb(name: str) -> bool:
+    """Cached: an agent uses a handful of tool names and sub-commands, on every step."""
+    return bool({p.lower() for p in _NAME_SPLIT.split(name) if p} & _EDIT_VERBS)
+
+
 def modifies_files(call: ToolCall) -> bool:
     """Whether ``call`` changes files (see the module docstring)."""
+    if edited_file(call) is not None:
+        return True
     parsed = call.parsed
-    if isinstance(parsed, dict) and _FILE_KEYS.intersection(parsed):
-        command = parsed.get("command")
-        # str_replace_editor(command="view" | "str_replace", path=...): the sub-command
-        # decides, not the tool's name.
-        verb = command if isinstance(command, str) and len(command) < 40 else call.name
-        if {p.lower() for p in _NAME_SPLIT.split(verb) if p} & _EDIT_VERBS:
-            return True
     command = _command(parsed, call.canonical)
     return command is not None and _SHELL_WRITE.search(command[:COMMAND_HEAD_CHARS]) is not None

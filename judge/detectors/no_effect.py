@@ -14,7 +14,7 @@ does not work. Two shapes are read:
 from __future__ import annotations
 
 from judge.detectors.base import LOOP_SCORE, Event, Finding, near_miss, short
-from judge.detectors.edits import modifies_files
+from judge.detectors.edits import edited_file
 from judge.detectors.outcome import Outcome
 from judge.detectors.steps import Step
 from judge.verdict import LoopKind
@@ -31,7 +31,6 @@ TRACKED = 8
 # line without a digit is the editor's boilerplate ("Review the changes ..."), the same
 # after every edit.
 SUMMARY_MAX_CHARS = 120
-_FILE_KEYS = ("path", "file_path", "file", "filename")
 
 
 def _last_line(text: str) -> str:
@@ -92,18 +91,10 @@ class NoEffectDetector:
     @staticmethod
     def _target(step: Step) -> tuple[str | None, str]:
         """What is being re-checked, and the result to compare."""
-        if modifies_files(step.call):
-            parsed = step.call.parsed
-            path = next(
-                (parsed[k] for k in _FILE_KEYS if isinstance(parsed, dict) and k in parsed),
-                None,
-            )
+        path = edited_file(step.call)
+        if path is not None:
             line = _last_line(step.result or "")
-            if (
-                not isinstance(path, str)
-                or len(line) > SUMMARY_MAX_CHARS
-                or not any(c.isdigit() for c in line)
-            ):
+            if len(line) > SUMMARY_MAX_CHARS or not any(c.isdigit() for c in line):
                 return None, ""
             return f"edits of {path}", line
         return step.signature, step.key

@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any
 
 from judge._codec import StateError, StepPool, decode, dump_attrs, encode, load_attrs
@@ -23,6 +24,8 @@ from judge.detectors.text_repetition import TextRepetitionDetector
 from judge.detectors.tool_classes import ToolClass, repeat_limit
 from judge.history import Message
 
+# Tool names whose repeat limit is remembered; agents use a few dozen tools at most.
+LIMITS_CACHED = 1024
 # Combination rules (design notes): one detector at its threshold, two strong signals, or
 # enough weighted evidence.
 SINGLE_SCORE = 0.9
@@ -57,6 +60,9 @@ def default_detectors(config: TrackerConfig) -> list[Detector]:
         ToolClass.OTHER: config.other_repeat_limit,
     }
 
+    # The config is frozen, so a tool's limit never changes: looked up once per name (the
+    # exact-repeat detector asks on every step).
+    @lru_cache(maxsize=LIMITS_CACHED)
     def limit_for(name: str) -> int:
         return repeat_limit(
             name,
