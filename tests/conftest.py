@@ -1,8 +1,21 @@
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 
 import pytest
+
+from judge.config import ENV_PREFIX
+
+
+@pytest.fixture(autouse=True)
+def _hermetic_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The user's shell never changes a test: every ``LOOP_JUDGE_*`` variable is cleared
+    (an exported model would otherwise make tests call it). Tests that need one set it
+    themselves with ``monkeypatch.setenv``."""
+    for name in list(os.environ):
+        if name.startswith(ENV_PREFIX):
+            monkeypatch.delenv(name)
 
 
 @pytest.fixture
