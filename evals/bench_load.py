@@ -55,8 +55,10 @@ class FakeJudge:
         await anyio.sleep(JUDGE_LATENCY_S)
         confidence = (len(messages[1]["content"]) % 7) / 10
         body = json.dumps(
-            {"unproductive_state_analysis": "progressing", "unproductive_state_confidence":
-             confidence}
+            {
+                "unproductive_state_analysis": "progressing",
+                "unproductive_state_confidence": confidence,
+            }
         )
         return ModelReply(body, "stop", 3000, 40, None, 1)
 
@@ -67,10 +69,22 @@ def body_for(kind: str, turns: int) -> list[dict[str, Any]]:
     for t in range(turns):
         cid = f"{kind}_{t}"
         args = json.dumps({"path": f"src/{kind}/{t}.py", "line": t})
-        msgs.append({"role": "assistant", "content": f"Next: {kind} step {t}.", "tool_calls": [
-            {"id": cid, "type": "function", "function": {"name": kind, "arguments": args}}]})
-        msgs.append({"role": "tool", "tool_call_id": cid,
-                     "content": f"result {t} of {kind}: " + "data " * (20 + t % 30)})
+        msgs.append(
+            {
+                "role": "assistant",
+                "content": f"Next: {kind} step {t}.",
+                "tool_calls": [
+                    {"id": cid, "type": "function", "function": {"name": kind, "arguments": args}}
+                ],
+            }
+        )
+        msgs.append(
+            {
+                "role": "tool",
+                "tool_call_id": cid,
+                "content": f"result {t} of {kind}: " + "data " * (20 + t % 30),
+            }
+        )
     return msgs
 
 
@@ -91,8 +105,10 @@ def peak_rss_bytes() -> int:
 async def run(trackers: int, turns: int, *, measure: bool) -> dict[str, float]:
     bodies = {kind: body_for(kind, turns) for kind in KINDS}
     heads = [
-        [{"role": "system", "content": "You are a coding agent."},
-         {"role": "user", "content": f"Task {i}: fix issue #{i} in the repository."}]
+        [
+            {"role": "system", "content": "You are a coding agent."},
+            {"role": "user", "content": f"Task {i}: fix issue #{i} in the repository."},
+        ]
         for i in range(trackers)
     ]
     client = FakeJudge()
@@ -115,9 +131,14 @@ async def run(trackers: int, turns: int, *, measure: bool) -> dict[str, float]:
         for i in range(trackers):
             tg.start_soon(drive, i)
     wall = time.perf_counter() - started
-    out = {"wall_s": wall, "turns_per_s": trackers * turns / wall, "judge_calls": client.calls,
-           "flagged": flagged, "peak_rss_mb": peak_rss_bytes() / 2**20,
-           "rss_mb": rss_now_bytes() / 2**20}
+    out = {
+        "wall_s": wall,
+        "turns_per_s": trackers * turns / wall,
+        "judge_calls": client.calls,
+        "flagged": flagged,
+        "peak_rss_mb": peak_rss_bytes() / 2**20,
+        "rss_mb": rss_now_bytes() / 2**20,
+    }
     if measure:
         gc.collect()
         current, peak = tracemalloc.get_traced_memory()
@@ -135,11 +156,15 @@ def main() -> None:
     timed = anyio.run(lambda: run(args.trackers, args.turns, measure=False))
     measured = anyio.run(lambda: run(args.trackers, args.turns, measure=True))
     print(f"{args.trackers} trackers x {args.turns} turns, concurrent on one event loop")
-    print(f"  wall time              {timed['wall_s']:.1f} s "
-          f"({timed['turns_per_s']:,.0f} turns/s, {timed['judge_calls']} judge calls, "
-          f"{timed['flagged']} loop verdicts)")
-    print(f"  peak RSS               {max(timed['peak_rss_mb'], measured['peak_rss_mb']):.0f} MB"
-          f" (process, interpreter and libraries included; {timed['rss_mb']:.0f} MB after run)")
+    print(
+        f"  wall time              {timed['wall_s']:.1f} s "
+        f"({timed['turns_per_s']:,.0f} turns/s, {timed['judge_calls']} judge calls, "
+        f"{timed['flagged']} loop verdicts)"
+    )
+    print(
+        f"  peak RSS               {max(timed['peak_rss_mb'], measured['peak_rss_mb']):.0f} MB"
+        f" (process, interpreter and libraries included; {timed['rss_mb']:.0f} MB after run)"
+    )
     print(f"  tracemalloc peak       {measured['tracemalloc_peak_mb']:.1f} MB (trackers + run)")
     print(f"  memory per tracker     {measured['per_tracker_kb']:.1f} KB after {args.turns} turns")
 

@@ -77,17 +77,29 @@ def private_redis() -> Iterator[str | None]:
     port = free_port()
     with tempfile.TemporaryDirectory() as workdir:
         proc = subprocess.Popen(
-            [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "",
-             "--appendonly", "no", "--dir", workdir],
+            [
+                binary,
+                "--port",
+                str(port),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+                "--dir",
+                workdir,
+            ],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
         )
         try:
             deadline = time.monotonic() + SERVER_START_TIMEOUT_S
             while True:
-                with contextlib.suppress(OSError), socket.create_connection(
-                    ("127.0.0.1", port), timeout=0.2
-                ) as sock:
+                with (
+                    contextlib.suppress(OSError),
+                    socket.create_connection(("127.0.0.1", port), timeout=0.2) as sock,
+                ):
                     sock.sendall(b"PING\r\n")
                     if sock.recv(16).startswith(b"+PONG"):
                         break
@@ -105,8 +117,7 @@ def sidecar(redis_url: str | None) -> Iterator[str]:
     port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("LOOP_JUDGE_")}
     env["LOOP_JUDGE_SEMANTIC"] = "off"  # measure the server, not the embedding model
-    cmd = [sys.executable, "-m", "judge.cli", "serve", "--host", "127.0.0.1",
-           "--port", str(port)]
+    cmd = [sys.executable, "-m", "judge.cli", "serve", "--host", "127.0.0.1", "--port", str(port)]
     if redis_url:
         cmd += ["--redis-url", redis_url]
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
@@ -138,14 +149,29 @@ def history(turns: int, session: int) -> list[dict[str, Any]]:
     ]
     for i in range(turns):
         call_id = f"call_{session}_{i}"
-        messages.append({
-            "role": "assistant",
-            "content": f"Reading file {i}.",
-            "tool_calls": [{"id": call_id, "type": "function", "function": {
-                "name": "read_file", "arguments": json.dumps({"path": f"src/mod_{i}.py"})}}],
-        })
-        messages.append({"role": "tool", "tool_call_id": call_id,
-                         "content": f"# module {i}\n" + "def f():\n    return 1\n" * 5})
+        messages.append(
+            {
+                "role": "assistant",
+                "content": f"Reading file {i}.",
+                "tool_calls": [
+                    {
+                        "id": call_id,
+                        "type": "function",
+                        "function": {
+                            "name": "read_file",
+                            "arguments": json.dumps({"path": f"src/mod_{i}.py"}),
+                        },
+                    }
+                ],
+            }
+        )
+        messages.append(
+            {
+                "role": "tool",
+                "tool_call_id": call_id,
+                "content": f"# module {i}\n" + "def f():\n    return 1\n" * 5,
+            }
+        )
     return messages
 
 
@@ -163,8 +189,7 @@ class Result:
 
 async def drive(base: str, store: str, sessions: int, turns: int, max_seconds: float) -> Result:
     limits = httpx.Limits(max_connections=sessions, max_keepalive_connections=sessions)
-    async with httpx.AsyncClient(base_url=base, limits=limits,
-                                 timeout=REQUEST_TIMEOUT_S) as client:
+    async with httpx.AsyncClient(base_url=base, limits=limits, timeout=REQUEST_TIMEOUT_S) as client:
         warm = history(1, -1)
         for i in range(WARMUP_REQUESTS):
             await client.post(f"/v1/sessions/warmup-{i}/turns", json={"messages": warm})
@@ -230,18 +255,25 @@ def main(argv: list[str] | None = None) -> int:
             elif store != "memory":
                 parser.error(f"unknown store {store!r}")
             with sidecar(redis_url) as base:
-                results.append(asyncio.run(
-                    drive(base, store, args.sessions, args.turns, args.max_seconds)))
+                results.append(
+                    asyncio.run(drive(base, store, args.sessions, args.turns, args.max_seconds))
+                )
     if args.json:
         print(json.dumps([asdict(r) for r in results], indent=2))
     else:
-        print(f"{args.sessions} concurrent sessions x up to {args.turns} turns, heuristics only, "
-              f"{os.cpu_count()} cores shared by client and server")
-        print(f"{'store':<8} {'requests':>8} {'errors':>6} {'seconds':>8} {'req/s':>8} "
-              f"{'p50 ms':>8} {'p99 ms':>8}")
+        print(
+            f"{args.sessions} concurrent sessions x up to {args.turns} turns, heuristics only, "
+            f"{os.cpu_count()} cores shared by client and server"
+        )
+        print(
+            f"{'store':<8} {'requests':>8} {'errors':>6} {'seconds':>8} {'req/s':>8} "
+            f"{'p50 ms':>8} {'p99 ms':>8}"
+        )
         for r in results:
-            print(f"{r.store:<8} {r.requests:>8} {r.errors:>6} {r.seconds:>8} {r.rps:>8} "
-                  f"{r.p50_ms:>8} {r.p99_ms:>8}")
+            print(
+                f"{r.store:<8} {r.requests:>8} {r.errors:>6} {r.seconds:>8} {r.rps:>8} "
+                f"{r.p50_ms:>8} {r.p99_ms:>8}"
+            )
         for r in results:
             if r.error_kinds:
                 print(f"{r.store} errors: {r.error_kinds}")

@@ -44,9 +44,7 @@ SETS: dict[str, tuple[Path, list[Path], Path]] = {
 DEFAULT_SOURCE, _RECORDED_LABELS, OUTPUT = SETS["recorded"]
 
 
-def build(
-    source: Path, output: Path = OUTPUT, label_files: list[Path] | None = None
-) -> list[Path]:
+def build(source: Path, output: Path = OUTPUT, label_files: list[Path] | None = None) -> list[Path]:
     """Write one labelled JSON file per label line; return the written paths."""
     files = label_files if label_files is not None else [source / "labels-dev.jsonl"]
     labels = [

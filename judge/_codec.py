@@ -20,7 +20,10 @@ from judge.verdict import LoopKind
 
 # Finding is resolved lazily (judge.detectors.base imports this package's neighbours).
 _RECORDS: dict[str, type | None] = {
-    "Message": Message, "ToolCall": ToolCall, "Step": Step, "Finding": None,
+    "Message": Message,
+    "ToolCall": ToolCall,
+    "Step": Step,
+    "Finding": None,
 }
 _ENUMS: dict[str, type[Enum]] = {"Outcome": Outcome, "LoopKind": LoopKind}
 
@@ -132,9 +135,7 @@ def decode(data: Any, pool: StepPool | None = None) -> Any:
     raise StateError(f"unknown state entry with keys {sorted(data)}")
 
 
-def dump_attrs(
-    obj: object, names: tuple[str, ...], pool: StepPool | None = None
-) -> dict[str, Any]:
+def dump_attrs(obj: object, names: tuple[str, ...], pool: StepPool | None = None) -> dict[str, Any]:
     return {name: encode(getattr(obj, name), pool) for name in names}
 
 

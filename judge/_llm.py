@@ -312,8 +312,7 @@ class LiteLLMClient:
                 with attempt:
                     attempts += 1
                     timeout = min(self.timeout_s, budget.left())
-                    return await self._once(litellm, model, messages, schema, attempts,
-                                            timeout)
+                    return await self._once(litellm, model, messages, schema, attempts, timeout)
         except JudgeError as exc:
             exc.attempts = attempts  # type: ignore[attr-defined]
             raise

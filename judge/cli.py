@@ -643,13 +643,16 @@ def _check(args: argparse.Namespace, console: Console) -> int:
     first = loops[0]
     console.print(
         f"{args.file}: loop at turn {first.turn} ({first.source}, {first.action.value}): "
-        f"{first.summary}", markup=False, highlight=False,
+        f"{first.summary}",
+        markup=False,
+        highlight=False,
     )
     console.print(first.explanation or "", markup=False, highlight=False)
     if halted is not None and halted is not first:
         console.print(
             f"then at turn {halted.turn} ({halted.action.value}): {halted.summary}",
-            markup=False, highlight=False,
+            markup=False,
+            highlight=False,
         )
     return code
 

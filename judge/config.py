@@ -72,28 +72,54 @@ DEFAULT_MAX_PROMPT_CHARS = 60_000
 # 3; three identical failures in a row are a loop whatever the tool.
 PRESETS: dict[str, dict[str, Any]] = {
     "conservative": {
-        "explore_repeat_limit": 15, "modify_repeat_limit": 3, "other_repeat_limit": 5,
-        "failure_repeat_limit": 3, "recur_min": 5, "cycle_repeats_period2": 4, "cycle_repeats": 3,
-        "retry_min_variants": 5, "retry_similarity": 0.92, "result_cycle_min": 5,
-        "text_similarity": 0.97, "text_min_repeats": 3,
+        "explore_repeat_limit": 15,
+        "modify_repeat_limit": 3,
+        "other_repeat_limit": 5,
+        "failure_repeat_limit": 3,
+        "recur_min": 5,
+        "cycle_repeats_period2": 4,
+        "cycle_repeats": 3,
+        "retry_min_variants": 5,
+        "retry_similarity": 0.92,
+        "result_cycle_min": 5,
+        "text_similarity": 0.97,
+        "text_min_repeats": 3,
     },
     "balanced": {
-        "explore_repeat_limit": 10, "modify_repeat_limit": 2, "other_repeat_limit": 3,
-        "failure_repeat_limit": 2, "cycle_repeats_period2": 3, "cycle_repeats": 2,
-        "retry_min_variants": 4, "retry_similarity": 0.9, "result_cycle_min": 4,
-        "text_similarity": 0.95, "text_min_repeats": 2,
+        "explore_repeat_limit": 10,
+        "modify_repeat_limit": 2,
+        "other_repeat_limit": 3,
+        "failure_repeat_limit": 2,
+        "cycle_repeats_period2": 3,
+        "cycle_repeats": 2,
+        "retry_min_variants": 4,
+        "retry_similarity": 0.9,
+        "result_cycle_min": 4,
+        "text_similarity": 0.95,
+        "text_min_repeats": 2,
     },
     "aggressive": {
-        "explore_repeat_limit": 6, "modify_repeat_limit": 1, "other_repeat_limit": 2,
-        "failure_repeat_limit": 2, "recur_min": 3, "cycle_repeats_period2": 2, "cycle_repeats": 2,
-        "retry_min_variants": 3, "retry_similarity": 0.85, "result_cycle_min": 3,
-        "text_similarity": 0.9, "text_min_repeats": 1,
+        "explore_repeat_limit": 6,
+        "modify_repeat_limit": 1,
+        "other_repeat_limit": 2,
+        "failure_repeat_limit": 2,
+        "recur_min": 3,
+        "cycle_repeats_period2": 2,
+        "cycle_repeats": 2,
+        "retry_min_variants": 3,
+        "retry_similarity": 0.85,
+        "result_cycle_min": 3,
+        "text_similarity": 0.9,
+        "text_min_repeats": 1,
     },
 }
 # Default weights of the weighted-sum rule: five detectors at the 0.5 sub-threshold cap
 # sum to 0.5, under the 0.6 bar, so weak signals alone never make a loop.
 DEFAULT_WEIGHTS: dict[str, float] = {
-    "exact_repeat": 0.2, "cycle": 0.2, "similar_retry": 0.2, "result_cycle": 0.2,
+    "exact_repeat": 0.2,
+    "cycle": 0.2,
+    "similar_retry": 0.2,
+    "result_cycle": 0.2,
     "text_repetition": 0.2,
     "repeated_request": 0.0,  # suspicion only: it brings the judge's check forward
     "semantic_repeat": 0.2,
@@ -303,9 +329,7 @@ class TrackerConfig(BaseSettings):
             self._apply_block(glob, block, {})
         return self
 
-    def _apply_block(
-        self, glob: str, block: dict[str, Any], data: dict[str, Any]
-    ) -> TrackerConfig:
+    def _apply_block(self, glob: str, block: dict[str, Any], data: dict[str, Any]) -> TrackerConfig:
         where = f"model_overrides[{glob!r}] (set by {env_name('model_overrides')})"
         unknown = sorted(k for k in block if k not in type(self).model_fields)
         if unknown or "model_overrides" in block:
@@ -318,8 +342,9 @@ class TrackerConfig(BaseSettings):
             # is not in "balanced"): a value equal to the base preset's came from it.
             old = PRESETS.get(self.preset, {})
             new = PRESETS.get(data["preset"], {})
-            base = {k: v for k, v in base.items()
-                    if k not in new and not (k in old and old[k] == v)}
+            base = {
+                k: v for k, v in base.items() if k not in new and not (k in old and old[k] == v)
+            }
         token = _APPLYING_BLOCK.set(True)
         try:
             resolved = type(self)(**{**base, **data})

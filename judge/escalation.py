@@ -310,8 +310,9 @@ class Ladder:
         """
         entry = self.state.patterns.get(pattern)
         if entry is None:
-            entry = PatternState(label=label or pattern, first_turn=self.state.turn,
-                                 last_turn=self.state.turn)
+            entry = PatternState(
+                label=label or pattern, first_turn=self.state.turn, last_turn=self.state.turn
+            )
             self.state.patterns[pattern] = entry
         entry.overrides += 1
         entry.awaiting_recovery = False
@@ -320,18 +321,27 @@ class Ladder:
         if count >= OVERRIDES_TO_DISABLE:
             entry.disabled = True
             entry.silenced_until = None
-            message = (f"override {count}: detection of this loop is now off for the rest of "
-                       f"this session ({name})")
+            message = (
+                f"override {count}: detection of this loop is now off for the rest of "
+                f"this session ({name})"
+            )
         else:
             turns = self.policy.silence_turns * 2 ** (count - 1)
             entry.silenced_until = self.state.turn + turns
             left = OVERRIDES_TO_DISABLE - count
-            message = (f"override {count}: this loop will not be flagged for the next {turns} "
-                       f"turns; {left} more override(s) turn its detection off for the session "
-                       f"({name})")
+            message = (
+                f"override {count}: this loop will not be flagged for the next {turns} "
+                f"turns; {left} more override(s) turn its detection off for the session "
+                f"({name})"
+            )
         record = OverrideRecord(
-            pattern=pattern, reason=reason, turn=self.state.turn, count=count,
-            silenced_until=entry.silenced_until, disabled=entry.disabled, message=message,
+            pattern=pattern,
+            reason=reason,
+            turn=self.state.turn,
+            count=count,
+            silenced_until=entry.silenced_until,
+            disabled=entry.disabled,
+            message=message,
         )
         self.state.overrides.append(record)
         return record

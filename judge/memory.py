@@ -140,8 +140,17 @@ class LoopMemory:
                    ON CONFLICT (fingerprint) DO UPDATE SET
                        loops = loops + 1, outcome = excluded.outcome,
                        last_seen = excluded.last_seen""",
-                (fingerprint, finding.detector, finding.kind.value, _tool_name(finding),
-                 args_hash, error_hash, "error" if failing else "same_result", now, now),
+                (
+                    fingerprint,
+                    finding.detector,
+                    finding.kind.value,
+                    _tool_name(finding),
+                    args_hash,
+                    error_hash,
+                    "error" if failing else "same_result",
+                    now,
+                    now,
+                ),
             )
         self._known.add(fingerprint)
 

@@ -90,8 +90,9 @@ def _sections(name: str) -> dict[str, str]:
 
 
 def _first_step() -> Step:
-    return Step(action=Action.WARN, level=RecoveryLevel.WARN, rung=1, pattern_count=1,
-                overall_count=1)
+    return Step(
+        action=Action.WARN, level=RecoveryLevel.WARN, rung=1, pattern_count=1, overall_count=1
+    )
 
 
 def _evidence(indices: Sequence[int]) -> str:
@@ -132,28 +133,32 @@ def _level_template(level: RecoveryLevel, first: str) -> str:
     return read_text(LEVEL_FILES[level]) if level in LEVEL_FILES else read_text(first)
 
 
-def _people(
-    source: str, step: Step, fields: dict[str, Any], what: str
-) -> tuple[str, str]:
+def _people(source: str, step: Step, fields: dict[str, Any], what: str) -> tuple[str, str]:
     """(summary, explanation) from the ``summary.*`` and ``explain.*`` sections."""
     sections = _sections(EXPLANATION_FILE)
     level = step.level.value
     approaches = "; ".join(_shorten(t, 60) for t in step.tried[:3]) or "-"
-    common = _Blank({
-        **{k: _shorten(v, EXPLANATION_FIELD_CHARS) if isinstance(v, str) else v
-           for k, v in fields.items()},
-        "approaches": approaches,
-        "count": len(step.tried),
-        "warnings": max(step.pattern_count - 1, 0),
-    })
+    common = _Blank(
+        {
+            **{
+                k: _shorten(v, EXPLANATION_FIELD_CHARS) if isinstance(v, str) else v
+                for k, v in fields.items()
+            },
+            "approaches": approaches,
+            "count": len(step.tried),
+            "warnings": max(step.pattern_count - 1, 0),
+        }
+    )
     head = sections.get(f"explain.{source}", "{what}").format_map(
-        _Blank(common, what=_shorten(what, EXPLANATION_FIELD_CHARS)))
+        _Blank(common, what=_shorten(what, EXPLANATION_FIELD_CHARS))
+    )
     tail = sections.get(f"explain.{level}", "").format_map(common)
     explanation = f"{head} {tail}".strip()
     template = sections.get(f"summary.{level}", "{what}")
     overhead = len(template.format_map(_Blank(common, what="")))
     summary = template.format_map(
-        _Blank(common, what=_shorten(what, max(SUMMARY_MAX_CHARS - overhead, 20))))
+        _Blank(common, what=_shorten(what, max(SUMMARY_MAX_CHARS - overhead, 20)))
+    )
     return _shorten(summary, SUMMARY_MAX_CHARS), explanation
 
 
@@ -171,25 +176,36 @@ def for_finding(
     def render(cap: int, items: int) -> str:
         details = _Blank({k: _fence_safe(_shorten(v, cap)) for k, v in raw.items()})
         constraint = str(advice.get("constraint", "do not repeat the same steps.")).format_map(
-            details)
+            details
+        )
         forbid = str(advice.get("forbid", constraint)).format_map(details)
         tried = str(advice.get("tried", finding.summary)).format_map(details)
         alternatives = [str(a).format_map(details) for a in advice.get("alternatives", [])]
         fields = _Blank(
-            name=name, what=_fence_safe(_shorten(finding.summary, cap)),
-            evidence=_evidence(finding.evidence), constraint=constraint, forbid=forbid,
-            tried=_bullets([tried], cap, items), alternatives=_bullets(alternatives, cap, items),
+            name=name,
+            what=_fence_safe(_shorten(finding.summary, cap)),
+            evidence=_evidence(finding.evidence),
+            constraint=constraint,
+            forbid=forbid,
+            tried=_bullets([tried], cap, items),
+            alternatives=_bullets(alternatives, cap, items),
             approaches=_bullets([tried] + [_fence_safe(t) for t in step.tried[1:]], cap, items),
-            detection=step.pattern_count, overall=step.overall_count,
+            detection=step.pattern_count,
+            overall=step.overall_count,
             summary=_fence_safe(_shorten(finding.summary, cap)),
         )
         return _level_template(step.level, HEURISTIC_RECOVERY_FILE).format_map(fields).strip()
 
     message = _fit(render, budget)
     summary, explanation = _people(
-        "heuristic", step,
-        {"name": name, "evidence": _evidence(finding.evidence), "detection": step.pattern_count,
-         "overall": step.overall_count},
+        "heuristic",
+        step,
+        {
+            "name": name,
+            "evidence": _evidence(finding.evidence),
+            "detection": step.pattern_count,
+            "overall": step.overall_count,
+        },
         finding.summary,
     )
     return Recovery(summary, explanation, message)
@@ -217,24 +233,35 @@ def for_judge(
 
     def render(cap: int, items: int) -> str:
         fields = _Blank(
-            name=name, what=_fence_safe(_shorten(analysis, cap * 2)),
-            analysis=_fence_safe(_shorten(analysis, cap * 2)), confidence=confidence,
+            name=name,
+            what=_fence_safe(_shorten(analysis, cap * 2)),
+            analysis=_fence_safe(_shorten(analysis, cap * 2)),
+            confidence=confidence,
             evidence=_evidence(evidence),
             constraint=str(advice.get("constraint", "do not repeat the same steps.")),
             forbid=str(advice.get("forbid", "do not repeat the same steps.")),
             tried=_bullets([_fence_safe(c) for c in calls], cap, items),
             alternatives=_bullets([str(a) for a in advice.get("alternatives", [])], cap, items),
             approaches=_bullets([_fence_safe(t) for t in step.tried] or calls, cap, items),
-            detection=step.pattern_count, overall=step.overall_count, model=call.model,
+            detection=step.pattern_count,
+            overall=step.overall_count,
+            model=call.model,
         )
         return _level_template(step.level, LLM_RECOVERY_FILE).format_map(fields).strip()
 
     message = _fit(render, budget)
     summary, explanation = _people(
-        "llm", step,
-        {"name": name, "evidence": _evidence(evidence), "detection": step.pattern_count,
-         "overall": step.overall_count, "model": call.model, "confidence": confidence,
-         "analysis": analysis},
+        "llm",
+        step,
+        {
+            "name": name,
+            "evidence": _evidence(evidence),
+            "detection": step.pattern_count,
+            "overall": step.overall_count,
+            "model": call.model,
+            "confidence": confidence,
+            "analysis": analysis,
+        },
         f"LLM judge ({call.model}, {confidence:.2f}): {analysis}",
     )
     return Recovery(summary, explanation, message)

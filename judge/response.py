@@ -44,7 +44,7 @@ CALL_ARGS_CHARS = 80
 
 
 def recent_calls(messages: Iterable[Message], limit: int) -> list[str]:
-    """"name(args) xN" for the calls in the last ``limit`` messages, most repeated first."""
+    """ "name(args) xN" for the calls in the last ``limit`` messages, most repeated first."""
     window = list(messages)[-limit:]
     counts = Counter(c.signature for m in window if m.role == "assistant" for c in m.tool_calls)
     names = {c.signature: (c.name, c.canonical) for m in window for c in m.tool_calls}
@@ -79,13 +79,15 @@ class Responder:
         memory: LoopMemory | None = None,
     ) -> None:
         self.config = config
-        self.ladder = Ladder(LadderPolicy(
-            mode=config.response_mode,
-            ladder=config.ladder,
-            overall_every=config.ladder_overall_every,
-            recovery_turns=config.recovery_turns,
-            silence_turns=config.override_silence_turns,
-        ))
+        self.ladder = Ladder(
+            LadderPolicy(
+                mode=config.response_mode,
+                ladder=config.ladder,
+                overall_every=config.ladder_overall_every,
+                recovery_turns=config.recovery_turns,
+                silence_turns=config.override_silence_turns,
+            )
+        )
         self.stats = TrackerStats()
         self.telemetry = telemetry if telemetry is not None else Telemetry.default()
         if memory is None and config.memory_path is not None:
@@ -240,7 +242,9 @@ class Responder:
         kind = found.findings[0].kind if found.findings else LoopKind.COGNITIVE
         step = self.ladder.escalate(LLM_PATTERN, label=label, kind=kind)
         texts = for_judge(
-            deciding, step, evidence=outcome.evidence,
+            deciding,
+            step,
+            evidence=outcome.evidence,
             recent_calls=recent_calls(recent, self.config.history_messages),
             budget=self.config.recovery_max_chars,
         )
@@ -289,12 +293,13 @@ class Responder:
         except Exception as exc:
             # The callback is the user's code: its failure is reported on the verdict and
             # never reaches the agent. Cancellation is a BaseException and passes through.
-            logger.warning("on_loop callback failed: %s: %s", type(exc).__name__, exc,
-                           exc_info=True)
+            logger.warning(
+                "on_loop callback failed: %s: %s", type(exc).__name__, exc, exc_info=True
+            )
             self.stats.callback_errors += 1
             return verdict.model_copy(
-                update={"errors": [*verdict.errors, f"on_loop failed: {type(exc).__name__}: "
-                                                    f"{exc}"]})
+                update={"errors": [*verdict.errors, f"on_loop failed: {type(exc).__name__}: {exc}"]}
+            )
         return self._apply(verdict, result)
 
     def _apply(self, verdict: Verdict, result: object) -> Verdict:
@@ -321,7 +326,8 @@ class Responder:
             self.memory.record_recovery(pattern, succeeded=succeeded)
         except (sqlite3.Error, OSError) as exc:
             return verdict.model_copy(
-                update={"errors": [*verdict.errors, self._memory_failed(exc)]})
+                update={"errors": [*verdict.errors, self._memory_failed(exc)]}
+            )
         return verdict
 
     @staticmethod

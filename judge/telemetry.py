@@ -51,18 +51,26 @@ class Telemetry:
         if meter is not None:
             self._instruments = {
                 "checks": meter.create_counter(
-                    "loop_judge.checks", unit="{check}", description="judge checks run"),
+                    "loop_judge.checks", unit="{check}", description="judge checks run"
+                ),
                 "loops": meter.create_counter(
-                    "loop_judge.loops", unit="{verdict}", description="loop verdicts"),
+                    "loop_judge.loops", unit="{verdict}", description="loop verdicts"
+                ),
                 "duration": meter.create_histogram(
-                    "gen_ai.client.operation.duration", unit="s",
-                    description="GenAI operation duration"),
+                    "gen_ai.client.operation.duration",
+                    unit="s",
+                    description="GenAI operation duration",
+                ),
                 "tokens": meter.create_histogram(
-                    "gen_ai.client.token.usage", unit="{token}",
-                    description="Measures number of input and output tokens used"),
+                    "gen_ai.client.token.usage",
+                    unit="{token}",
+                    description="Measures number of input and output tokens used",
+                ),
                 "confidence": meter.create_histogram(
-                    "loop_judge.judge.confidence", unit="1",
-                    description="each judge model's own loop confidence"),
+                    "loop_judge.judge.confidence",
+                    unit="1",
+                    description="each judge model's own loop confidence",
+                ),
             }
 
     @classmethod
@@ -73,8 +81,11 @@ class Telemetry:
             metrics = importlib.import_module("opentelemetry.metrics")
         except ImportError:
             return cls()
-        return cls(trace.get_tracer(INSTRUMENTATION_NAME),
-                   metrics.get_meter(INSTRUMENTATION_NAME), trace_api=trace)
+        return cls(
+            trace.get_tracer(INSTRUMENTATION_NAME),
+            metrics.get_meter(INSTRUMENTATION_NAME),
+            trace_api=trace,
+        )
 
     @property
     def enabled(self) -> bool:
@@ -117,20 +128,24 @@ class Telemetry:
             common["gen_ai.provider.name"] = provider
         if call.error is not None:
             common["error.type"] = call.error.split(":", 1)[0]
-        attributes = {**common, "loop_judge.judge.stage": call.stage.value,
-                      "loop_judge.judge.attempts": call.attempts}
+        attributes = {
+            **common,
+            "loop_judge.judge.stage": call.stage.value,
+            "loop_judge.judge.attempts": call.attempts,
+        }
         if call.prompt_tokens is not None:
             attributes["gen_ai.usage.input_tokens"] = call.prompt_tokens
             self._add("tokens", call.prompt_tokens, {**common, "gen_ai.token.type": "input"})
         if call.completion_tokens is not None:
             attributes["gen_ai.usage.output_tokens"] = call.completion_tokens
-            self._add("tokens", call.completion_tokens,
-                      {**common, "gen_ai.token.type": "output"})
+            self._add("tokens", call.completion_tokens, {**common, "gen_ai.token.type": "output"})
         if call.confidence is not None:
             attributes["loop_judge.judge.confidence"] = call.confidence
-            self._add("confidence", call.confidence,
-                      {"gen_ai.request.model": call.model,
-                       "loop_judge.judge.stage": call.stage.value})
+            self._add(
+                "confidence",
+                call.confidence,
+                {"gen_ai.request.model": call.model, "loop_judge.judge.stage": call.stage.value},
+            )
         if call.cost_usd is not None:
             attributes["loop_judge.judge.cost_usd"] = call.cost_usd
         self._add("duration", call.latency_s, common)
@@ -138,8 +153,12 @@ class Telemetry:
             context = None
             if parent is not None and self._trace_api is not None:
                 context = self._trace_api.set_span_in_context(parent)
-            span = self.tracer.start_span(f"{OPERATION} {call.model}", context=context,
-                                          start_time=start, attributes=attributes)
+            span = self.tracer.start_span(
+                f"{OPERATION} {call.model}",
+                context=context,
+                start_time=start,
+                attributes=attributes,
+            )
             span.end(end_time=end)
         return end
 
@@ -155,9 +174,12 @@ class Telemetry:
         self._add("loops", 1, attributes)
         if self.tracer is None:
             return
-        detail = {**attributes, "loop_judge.turn": verdict.turn,
-                  "loop_judge.suspicion": verdict.suspicion,
-                  "loop_judge.evidence_count": len(verdict.evidence)}
+        detail = {
+            **attributes,
+            "loop_judge.turn": verdict.turn,
+            "loop_judge.suspicion": verdict.suspicion,
+            "loop_judge.evidence_count": len(verdict.evidence),
+        }
         if verdict.confidence is not None:
             detail["loop_judge.confidence"] = verdict.confidence
         now = time.time_ns()

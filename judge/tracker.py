@@ -215,15 +215,16 @@ class LoopTracker:
             stream=dump_attrs(self._stream, StreamMonitor.STATE),
             ladder=self.ladder_state,
             stats=self.stats,
-            breaker=BreakerSnapshot(failures=failures, state=breaker_state,
-                                    cooldown_left_s=left),
+            breaker=BreakerSnapshot(failures=failures, state=breaker_state, cooldown_left_s=left),
             judge_calls_used=self._budget.calls_used,
             judge_tokens_used=self._budget.tokens_used,
         )
 
     @classmethod
     def from_state(
-        cls, config: TrackerConfig | None, state: TrackerState | dict[str, Any] | str,
+        cls,
+        config: TrackerConfig | None,
+        state: TrackerState | dict[str, Any] | str,
         **kwargs: Any,
     ) -> LoopTracker:
         """A tracker that continues from ``state`` (a `TrackerState`, its dict or JSON).
@@ -263,8 +264,9 @@ class LoopTracker:
         load_attrs(self._stream, StreamMonitor.STATE, state.stream)
         self._responder.load_state(state.ladder)
         self._responder.stats = state.stats.model_copy(deep=True)
-        self._breaker.restore(state.breaker.failures, state.breaker.state,
-                              state.breaker.cooldown_left_s)
+        self._breaker.restore(
+            state.breaker.failures, state.breaker.state, state.breaker.cooldown_left_s
+        )
         self._budget.calls_used = state.judge_calls_used
         self._budget.tokens_used = state.judge_tokens_used
 

@@ -119,21 +119,33 @@ class LiveAgent:
         self._n += 1
         return f"call_{self._n}"
 
-    def call(
-        self, name: str, args: dict[str, Any], result: str, *, is_error: bool = False
-    ) -> None:
+    def call(self, name: str, args: dict[str, Any], result: str, *, is_error: bool = False) -> None:
         cid = self._call_id()
         if self.fmt == "anthropic":
-            self.history.append({"role": "assistant", "content": [
-                {"type": "tool_use", "id": cid, "name": name, "input": args}]})
+            self.history.append(
+                {
+                    "role": "assistant",
+                    "content": [{"type": "tool_use", "id": cid, "name": name, "input": args}],
+                }
+            )
             block: dict[str, Any] = {"type": "tool_result", "tool_use_id": cid, "content": result}
             if is_error:
                 block["is_error"] = True
             self.history.append({"role": "user", "content": [block]})
             return
-        self.history.append({"role": "assistant", "content": None, "tool_calls": [
-            {"id": cid, "type": "function",
-             "function": {"name": name, "arguments": json.dumps(args)}}]})
+        self.history.append(
+            {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [
+                    {
+                        "id": cid,
+                        "type": "function",
+                        "function": {"name": name, "arguments": json.dumps(args)},
+                    }
+                ],
+            }
+        )
         self.history.append({"role": "tool", "tool_call_id": cid, "content": result})
 
     def say(self, text: str) -> None:

@@ -52,8 +52,19 @@ def redis_server(workdir: Path) -> Iterator[str]:
     port = free_port()
     proc = subprocess.Popen(
         [
-            binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "",
-            "--appendonly", "no", "--dir", str(workdir), "--daemonize", "no",
+            binary,
+            "--port",
+            str(port),
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--dir",
+            str(workdir),
+            "--daemonize",
+            "no",
         ],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,

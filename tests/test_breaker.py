@@ -85,7 +85,10 @@ async def test_tracker_skips_checks_while_open(anyio_backend: str) -> None:
     errors = [(await tracker.turn_started(history[: 4 + 2 * i])).errors for i in range(4)]
     assert len(client.requests) == 2
     assert [e[0].split(":")[0] for e in errors] == [
-        "fast judge fake/fast", "fast judge fake/fast", "judge skipped", "judge skipped"
+        "fast judge fake/fast",
+        "fast judge fake/fast",
+        "judge skipped",
+        "judge skipped",
     ]
     clock.now = 30.0
     verdict = await tracker.turn_started(history)

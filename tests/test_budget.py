@@ -143,9 +143,7 @@ def test_prompt_cap_keeps_the_task_even_when_nothing_else_fits() -> None:
 
 async def test_tracker_applies_the_cap() -> None:
     client = FakeClient({FAST: [answer(0.95)]})
-    tracker = LoopTracker(
-        every_turn(max_prompt_chars=12_000, history_messages=20), client=client
-    )
+    tracker = LoopTracker(every_turn(max_prompt_chars=12_000, history_messages=20), client=client)
     verdict = await tracker.turn_started(big_history(10, 3000))
     assert sum(len(m["content"]) for m in client.requests[0][1]) <= 12_000
     # evidence names only the messages the judge was shown

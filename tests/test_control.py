@@ -159,10 +159,12 @@ async def test_override_of_a_silenced_pattern_does_not_hide_other_loops() -> Non
 
 
 def test_model_overrides_pick_the_matching_blocks() -> None:
-    config = TrackerConfig(model_overrides={
-        "gpt-4o*": {"modify_repeat_limit": 4},
-        "gpt-4o-mini": {"recovery_turns": 9},
-    })
+    config = TrackerConfig(
+        model_overrides={
+            "gpt-4o*": {"modify_repeat_limit": 4},
+            "gpt-4o-mini": {"recovery_turns": 9},
+        }
+    )
     mini = LoopTracker(config, agent_model="gpt-4o-mini")
     assert mini.config.modify_repeat_limit == 4 and mini.config.recovery_turns == 9
     assert LoopTracker(config, agent_model="gpt-4o").config.recovery_turns == 5
@@ -178,8 +180,11 @@ def test_model_overrides_pick_the_matching_blocks() -> None:
 
 
 def test_model_override_errors_are_clear(monkeypatch: pytest.MonkeyPatch) -> None:
-    with pytest.raises(ValidationError, match=r"model_overrides\['gpt-\*'\].*failure_repeat_limit"
-                       r" must be at least 1"):
+    with pytest.raises(
+        ValidationError,
+        match=r"model_overrides\['gpt-\*'\].*failure_repeat_limit"
+        r" must be at least 1",
+    ):
         TrackerConfig(model_overrides={"gpt-*": {"failure_repeat_limit": 0}})
     with pytest.raises(ValidationError, match="not a TrackerConfig field: treshold"):
         TrackerConfig(model_overrides={"*": {"treshold": 3}})

@@ -16,8 +16,10 @@ from judge.detectors.outcome import Outcome, classify, result_key
 from judge.detectors.suite import Assessment, combine
 from judge.detectors.text_repetition import degenerate
 
-TASK = [{"role": "system", "content": "You are an agent."},
-        {"role": "user", "content": "Do the task."}]
+TASK = [
+    {"role": "system", "content": "You are an agent."},
+    {"role": "user", "content": "Do the task."},
+]
 
 
 class Agent:
@@ -30,9 +32,19 @@ class Agent:
     def call(self, name: str, args: dict[str, Any], result: str, text: str = "") -> None:
         self._n += 1
         cid = f"call_{self._n}"
-        self.history.append({"role": "assistant", "content": text, "tool_calls": [
-            {"id": cid, "type": "function",
-             "function": {"name": name, "arguments": json.dumps(args)}}]})
+        self.history.append(
+            {
+                "role": "assistant",
+                "content": text,
+                "tool_calls": [
+                    {
+                        "id": cid,
+                        "type": "function",
+                        "function": {"name": name, "arguments": json.dumps(args)},
+                    }
+                ],
+            }
+        )
         self.history.append({"role": "tool", "tool_call_id": cid, "content": result})
 
     def parallel(self, calls: list[tuple[str, dict[str, Any], str]]) -> None:
@@ -41,8 +53,13 @@ class Agent:
         for name, args, _ in calls:
             self._n += 1
             ids.append(f"call_{self._n}")
-            tool_calls.append({"id": ids[-1], "type": "function",
-                               "function": {"name": name, "arguments": json.dumps(args)}})
+            tool_calls.append(
+                {
+                    "id": ids[-1],
+                    "type": "function",
+                    "function": {"name": name, "arguments": json.dumps(args)},
+                }
+            )
         self.history.append({"role": "assistant", "content": "", "tool_calls": tool_calls})
         for cid, (_, _, result) in zip(ids, calls, strict=True):
             self.history.append({"role": "tool", "tool_call_id": cid, "content": result})
@@ -78,6 +95,7 @@ def first_flag(verdicts: list[Verdict]) -> int | None:
 
 
 # -- exact repeat -----------------------------------------------------------------------
+
 
 def test_modifying_tool_third_identical_call_is_a_loop() -> None:
     agent = Agent()
@@ -118,17 +136,30 @@ def test_identical_failures_loop_from_the_third_whatever_the_tool() -> None:
 def test_polling_with_changing_results_is_progress() -> None:
     agent = Agent()
     for i in range(15):
-        agent.call("bash", {"command": "gh run view 42 --json status"},
-                   json.dumps({"status": "in_progress", "step": i}))
+        agent.call(
+            "bash",
+            {"command": "gh run view 42 --json status"},
+            json.dumps({"status": "in_progress", "step": i}),
+        )
     assert first_flag(replay(agent)) is None
 
 
 def test_argument_key_order_and_ids_do_not_matter() -> None:
     agent = Agent()
     agent.call("edit", {"path": "a", "text": "x"}, "ok")
-    agent.history.append({"role": "assistant", "content": "", "tool_calls": [
-        {"id": "zz", "type": "function",
-         "function": {"name": "edit", "arguments": '{"text":"x",  "path":"a"}'}}]})
+    agent.history.append(
+        {
+            "role": "assistant",
+            "content": "",
+            "tool_calls": [
+                {
+                    "id": "zz",
+                    "type": "function",
+                    "function": {"name": "edit", "arguments": '{"text":"x",  "path":"a"}'},
+                }
+            ],
+        }
+    )
     agent.history.append({"role": "tool", "tool_call_id": "zz", "content": "ok"})
     agent.call("edit", {"text": "x", "path": "a"}, "ok")
     assert first_flag(replay(agent)) == 3
@@ -136,9 +167,13 @@ def test_argument_key_order_and_ids_do_not_matter() -> None:
 
 def test_parallel_calls_count_one_by_one() -> None:
     agent = Agent()
-    agent.parallel([("write_file", {"path": "a"}, "written"),
-                    ("write_file", {"path": "a"}, "written"),
-                    ("write_file", {"path": "a"}, "written")])
+    agent.parallel(
+        [
+            ("write_file", {"path": "a"}, "written"),
+            ("write_file", {"path": "a"}, "written"),
+            ("write_file", {"path": "a"}, "written"),
+        ]
+    )
     assert first_flag(replay(agent)) == 1
 
 
@@ -182,6 +217,7 @@ def test_preflight_refuses_the_repeat_before_it_runs() -> None:
 
 
 # -- cycles -----------------------------------------------------------------------------
+
 
 def test_ab_cycle_three_times() -> None:
     agent = Agent()
@@ -231,6 +267,7 @@ def test_edit_test_cycle_with_changing_failures_is_progress() -> None:
 
 # -- near-identical retries ---------------------------------------------------------------
 
+
 def test_near_identical_retries_failing_the_same_way() -> None:
     agent = Agent()
     for path in ["./data.csv", "data.csv", "./Data.csv", "data.csv ", "/data.csv"]:
@@ -265,12 +302,14 @@ def test_acknowledgements_are_never_the_same_result() -> None:
 
 # -- result and error cycles ---------------------------------------------------------------
 
+
 def test_different_calls_same_error() -> None:
     agent = Agent()
     cmds = ["pip install x", "pip install --user x", "sudo pip install x", "pip3 install x"]
     for cmd in cmds:
-        agent.call("bash", {"command": cmd},
-                   f"error: externally-managed-environment (took {len(cmd)}ms)")
+        agent.call(
+            "bash", {"command": cmd}, f"error: externally-managed-environment (took {len(cmd)}ms)"
+        )
     verdicts = replay(agent)
     assert first_flag(verdicts) == 4
     assert verdicts[3].kind is LoopKind.ERROR_CYCLE
@@ -308,6 +347,7 @@ def test_error_masking() -> None:
 
 
 # -- text repetition ------------------------------------------------------------------------
+
 
 def test_near_identical_assistant_messages() -> None:
     agent = Agent()
@@ -358,6 +398,7 @@ def test_streaming_catches_a_repeating_response() -> None:
 
 
 # -- combining, presets, modes, ttl -------------------------------------------------------------
+
 
 def _f(name: str, score: float) -> Finding:
     return Finding(name, LoopKind.EXACT_REPEAT, score, (1,), "s", name)
@@ -419,10 +460,23 @@ def test_ttl_expires_old_calls() -> None:
 # -- properties ------------------------------------------------------------------------------
 
 _names = st.sampled_from(["ls", "read_file", "bash", "write_file", "search", "get_x"])
-_results = st.sampled_from(["ok", "", "Error: nope", "No results", "42", "data A", "data B",
-                            "Traceback (most recent call last):\nValueError: x"])
-_args = st.dictionaries(st.sampled_from(["path", "q", "n"]),
-                        st.one_of(st.integers(0, 3), st.text(max_size=6)), max_size=2)
+_results = st.sampled_from(
+    [
+        "ok",
+        "",
+        "Error: nope",
+        "No results",
+        "42",
+        "data A",
+        "data B",
+        "Traceback (most recent call last):\nValueError: x",
+    ]
+)
+_args = st.dictionaries(
+    st.sampled_from(["path", "q", "n"]),
+    st.one_of(st.integers(0, 3), st.text(max_size=6)),
+    max_size=2,
+)
 _step = st.one_of(
     st.tuples(st.just("call"), _names, _args, _results),
     st.tuples(st.just("say"), st.text(max_size=80), st.none(), st.none()),

@@ -42,21 +42,37 @@ def test_default_ladder_rungs_for_one_pattern() -> None:
     assert DEFAULT_LADDER == (Action.WARN, Action.WARN, Action.ASK_USER, Action.STOP)
     lad = ladder()
     steps = [detect(lad, "A") for _ in range(6)]
-    assert [s.action for s in steps] == [Action.WARN, Action.WARN, Action.ASK_USER,
-                                         Action.STOP, Action.STOP, Action.STOP]
-    assert [s.level for s in steps[:4]] == [RecoveryLevel.WARN, RecoveryLevel.FORBID,
-                                            RecoveryLevel.ASK_USER, RecoveryLevel.STOP]
+    assert [s.action for s in steps] == [
+        Action.WARN,
+        Action.WARN,
+        Action.ASK_USER,
+        Action.STOP,
+        Action.STOP,
+        Action.STOP,
+    ]
+    assert [s.level for s in steps[:4]] == [
+        RecoveryLevel.WARN,
+        RecoveryLevel.FORBID,
+        RecoveryLevel.ASK_USER,
+        RecoveryLevel.STOP,
+    ]
     assert [s.pattern_count for s in steps] == [1, 2, 3, 4, 5, 6]
 
 
 @pytest.mark.parametrize(
     ("mode", "actions", "levels"),
     [
-        (ResponseMode.WARN, [Action.WARN] * 4,
-         [RecoveryLevel.WARN, RecoveryLevel.FORBID, RecoveryLevel.FORBID, RecoveryLevel.FORBID]),
+        (
+            ResponseMode.WARN,
+            [Action.WARN] * 4,
+            [RecoveryLevel.WARN, RecoveryLevel.FORBID, RecoveryLevel.FORBID, RecoveryLevel.FORBID],
+        ),
         (ResponseMode.BLOCK, [Action.STOP] * 4, [RecoveryLevel.STOP] * 4),
-        (ResponseMode.CHANCE_THEN_BLOCK, [Action.WARN] + [Action.STOP] * 3,
-         [RecoveryLevel.WARN] + [RecoveryLevel.STOP] * 3),
+        (
+            ResponseMode.CHANCE_THEN_BLOCK,
+            [Action.WARN] + [Action.STOP] * 3,
+            [RecoveryLevel.WARN] + [RecoveryLevel.STOP] * 3,
+        ),
     ],
 )
 def test_response_modes_map_rungs(
@@ -76,8 +92,7 @@ def test_distinct_patterns_climb_at_half_speed() -> None:
     assert [s.action for s in steps] == [Action.WARN] * 4 + [Action.ASK_USER]
     assert steps[2].level is RecoveryLevel.FORBID
     relapse = detect(lad, "A")  # pattern count 2, overall 6 -> rung 3
-    assert (relapse.pattern_count, relapse.overall_count, relapse.action) == (
-        2, 6, Action.ASK_USER)
+    assert (relapse.pattern_count, relapse.overall_count, relapse.action) == (2, 6, Action.ASK_USER)
     assert relapse.tried[0] == "loop A" and set(relapse.tried) >= {"loop B", "loop E"}
 
 
@@ -157,8 +172,7 @@ def run(agent: Agent, **config: Any) -> tuple[LoopTracker, list[Verdict]]:
 def test_tracker_messages_grow_stronger_with_each_rung() -> None:
     tracker, verdicts = run(looping_agent(6))
     flagged = [v for v in verdicts if v]
-    assert [v.action for v in flagged] == [Action.WARN, Action.WARN, Action.ASK_USER,
-                                           Action.STOP]
+    assert [v.action for v in flagged] == [Action.WARN, Action.WARN, Action.ASK_USER, Action.STOP]
     warn, forbid, ask, stop = (v.recovery_message or "" for v in flagged)
     assert "LOOP DETECTED:" in warn and "Constraint: do not call write_file" in warn
     assert "FORBIDDEN: calling write_file" in forbid and "FORBIDDEN" not in warn
@@ -206,5 +220,9 @@ def test_real_trajectory_gets_all_three_levels() -> None:
     assert "click" in (first.summary or "")
     assert "Invalid action!" in (first.recovery_message or "")
     assert "repeated-call loop" in (first.explanation or "")
-    assert [v.action for v in verdicts[:4]] == [Action.WARN, Action.WARN, Action.ASK_USER,
-                                                Action.STOP]
+    assert [v.action for v in verdicts[:4]] == [
+        Action.WARN,
+        Action.WARN,
+        Action.ASK_USER,
+        Action.STOP,
+    ]

@@ -265,9 +265,7 @@ async def test_response_body_not_json(transport: str, delays: list[float]) -> No
     ],
     ids=["prose", "json-fence", "bare-fence-in-prose"],
 )
-async def test_wrapped_json_is_extracted(
-    transport: str, delays: list[float], content: str
-) -> None:
+async def test_wrapped_json_is_extracted(transport: str, delays: list[float], content: str) -> None:
     with FaultServer([completion(content)]) as server:
         tracker = make_tracker(server.port, delays)
         verdict, _ = await timed_turn(tracker)
@@ -334,9 +332,7 @@ def by_model(fast: Reply, confirm: Reply) -> Any:
     return handler
 
 
-async def test_confirm_model_down_trusts_the_fast_one(
-    transport: str, delays: list[float]
-) -> None:
+async def test_confirm_model_down_trusts_the_fast_one(transport: str, delays: list[float]) -> None:
     handler = by_model(completion(answer(0.95, "same read again")), error(503))
     with FaultServer(handler) as server:
         tracker = make_tracker(server.port, delays, confirm=True)
@@ -346,9 +342,7 @@ async def test_confirm_model_down_trusts_the_fast_one(
     fast, confirm = verdict.judge_calls
     assert fast.error is None and confirm.stage is JudgeStage.CONFIRM
     assert confirm.error and "HTTP 503" in confirm.error and confirm.attempts == 2
-    assert verdict.errors == [
-        f"confirm judge {CONFIRM}: {confirm.error}; trusting the fast model"
-    ]
+    assert verdict.errors == [f"confirm judge {CONFIRM}: {confirm.error}; trusting the fast model"]
     assert [r.model for r in server.requests] == ["x", "y", "y"]
     assert elapsed <= HEALTHY_TURN_S
 

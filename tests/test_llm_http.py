@@ -283,7 +283,8 @@ async def test_retries_stop_at_the_time_budget(httpx_litellm: Any, no_sleep: Any
     delays, sleep = no_sleep
     with respx.mock(assert_all_mocked=True) as mock:
         route = mock.post(URL).mock(
-            return_value=httpx.Response(429, headers={"retry-after": "6"}, json={}))
+            return_value=httpx.Response(429, headers={"retry-after": "6"}, json={})
+        )
         with pytest.raises(JudgeRateLimited):
             await complete(client(sleep, max_retries=10, timeout_s=1.0))
     assert sum(delays) <= 1.0 + RETRY_TIME_BUDGET_S

@@ -42,8 +42,11 @@ def _assistant(cid: str, name: str, args: dict[str, Any], text: str = "") -> dic
         "role": "assistant",
         "content": text,
         "tool_calls": [
-            {"id": cid, "type": "function",
-             "function": {"name": name, "arguments": json.dumps(args)}}
+            {
+                "id": cid,
+                "type": "function",
+                "function": {"name": name, "arguments": json.dumps(args)},
+            }
         ],
     }
 
@@ -110,8 +113,12 @@ class EchoJudge:
         confidence = 0.95 if i % 5 == 0 else round(0.1 * (i % 9), 2)
         if model == CONFIRM:
             confidence = 0.2 if i % 10 == 0 else 0.97
-        body = json.dumps({"unproductive_state_analysis": f"tracker {i} turn",
-                           "unproductive_state_confidence": confidence})
+        body = json.dumps(
+            {
+                "unproductive_state_analysis": f"tracker {i} turn",
+                "unproductive_state_confidence": confidence,
+            }
+        )
         return ModelReply(body, "stop", 100 + i, 10, None, 1)
 
 
@@ -140,9 +147,18 @@ def fingerprint(verdict: Verdict) -> tuple[Any, ...]:
         (c.model, c.stage, c.confidence, c.analysis, c.prompt_tokens, c.error)
         for c in verdict.judge_calls
     )
-    return (verdict.looping, verdict.source, verdict.kind, verdict.confidence,
-            verdict.analysis, tuple(verdict.evidence), verdict.action, verdict.turn,
-            tuple(verdict.errors), calls)
+    return (
+        verdict.looping,
+        verdict.source,
+        verdict.kind,
+        verdict.confidence,
+        verdict.analysis,
+        tuple(verdict.evidence),
+        verdict.action,
+        verdict.turn,
+        tuple(verdict.errors),
+        calls,
+    )
 
 
 async def run_solo(i: int) -> list[tuple[Any, ...]]:

@@ -23,8 +23,12 @@ def secret_loop(repeats: int = 6) -> Agent:
     agent = Agent()
     agent.user(f"Deploy with key {SECRET}")
     for _ in range(repeats):
-        agent.call("deploy", {"api_key": SECRET, "target": UNIQUE_ARG}, UNIQUE_ERROR,
-                   text=f"Trying {UNIQUE_ARG} again")
+        agent.call(
+            "deploy",
+            {"api_key": SECRET, "target": UNIQUE_ARG},
+            UNIQUE_ERROR,
+            text=f"Trying {UNIQUE_ARG} again",
+        )
     for i in range(8):  # then it escapes: new reads, new results
         agent.call("read_file", {"path": f"notes{i}.md"}, f"note {i}")
     return agent
@@ -48,8 +52,17 @@ def test_no_raw_text_reaches_the_store(tmp_path: Path) -> None:
     assert any(verdicts) and tracker.stats.recoveries_succeeded >= 1
     raw = stored_bytes(db.parent)
     assert raw  # something was written
-    for needle in (SECRET, UNIQUE_ARG, "pineapple", "hq-pineapple-5512", "vault token",
-                   "zebra", "api_key", "Trying", "notes0"):
+    for needle in (
+        SECRET,
+        UNIQUE_ARG,
+        "pineapple",
+        "hq-pineapple-5512",
+        "vault token",
+        "zebra",
+        "api_key",
+        "Trying",
+        "notes0",
+    ):
         for encoding in ("utf-8", "utf-16-le", "utf-16-be"):
             assert needle.encode(encoding) not in raw, needle
     entries = LoopMemory(db).entries()

@@ -27,9 +27,7 @@ TEXT = st.text(ANY_CHAR, max_size=60)
 NAMES = st.sampled_from(["read_file", "write_file", "bash", "search", "run_tests", "ünï"])
 # A judge prompt cap small enough that generated histories actually hit it.
 SMALL_PROMPT_CAP = 6000
-SETTINGS = settings(
-    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow]
-)
+SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 content = st.one_of(
     st.none(),
@@ -45,8 +43,9 @@ content = st.one_of(
 )
 arguments = st.one_of(
     TEXT,  # anything, JSON or not
-    st.dictionaries(st.text(max_size=5), st.one_of(st.integers(), TEXT, st.none()), max_size=3)
-    .map(json.dumps),
+    st.dictionaries(st.text(max_size=5), st.one_of(st.integers(), TEXT, st.none()), max_size=3).map(
+        json.dumps
+    ),
     st.dictionaries(st.text(max_size=5), st.integers(), max_size=3),  # an already-parsed dict
 )
 
@@ -79,8 +78,9 @@ def histories(draw: st.DrawFn) -> list[dict[str, Any]]:
     ]
     for n in range(draw(st.integers(0, 12))):
         if draw(st.integers(0, 9)) == 0:
-            history.append({"role": draw(st.sampled_from(["user", "developer"])),
-                            "content": draw(content)})
+            history.append(
+                {"role": draw(st.sampled_from(["user", "developer"])), "content": draw(content)}
+            )
         history += draw(turn(n))
     return history
 
@@ -115,8 +115,19 @@ def _tracker(client: FakeClient) -> LoopTracker:
 
 def _fingerprint(v: Verdict) -> tuple[Any, ...]:
     calls = tuple((c.model, c.stage, c.confidence, c.error) for c in v.judge_calls)
-    return (v.looping, v.source, v.kind, v.confidence, v.analysis, tuple(v.evidence),
-            v.action, v.turn, v.suspicion, tuple(v.errors), calls)
+    return (
+        v.looping,
+        v.source,
+        v.kind,
+        v.confidence,
+        v.analysis,
+        tuple(v.evidence),
+        v.action,
+        v.turn,
+        v.suspicion,
+        tuple(v.errors),
+        calls,
+    )
 
 
 async def _replay(history: list[dict[str, Any]], script: list[float]) -> tuple[Any, ...]:
@@ -134,8 +145,7 @@ async def _replay(history: list[dict[str, Any]], script: list[float]) -> tuple[A
     return tuple(verdicts)
 
 
-@given(histories(), st.lists(st.sampled_from([0.0, 0.3, 0.9, 0.95, 1.0]), min_size=1,
-                             max_size=4))
+@given(histories(), st.lists(st.sampled_from([0.0, 0.3, 0.9, 0.95, 1.0]), min_size=1, max_size=4))
 @SETTINGS
 def test_verdicts_are_deterministic_with_the_judge_faked(
     history: list[dict[str, Any]], script: list[float]

@@ -72,9 +72,19 @@ def proxy(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     }
     log = (workdir / "proxy.log").open("wb")
     proc = subprocess.Popen(
-        [binary, "--config", str(workdir / "config.yaml"), "--host", "127.0.0.1",
-         "--port", str(port)],
-        cwd=workdir, env=env, stdout=log, stderr=subprocess.STDOUT,
+        [
+            binary,
+            "--config",
+            str(workdir / "config.yaml"),
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+        ],
+        cwd=workdir,
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
     )
     base = f"http://127.0.0.1:{port}"
     try:

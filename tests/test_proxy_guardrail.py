@@ -102,7 +102,9 @@ async def test_observe_passes_everything_and_counts() -> None:
         assert await hook(g, data) == before
     assert g.metrics.value("loop_judge_turns_total") == N_TURNS
     loops = g.metrics.value(
-        "loop_judge_loops_total", kind="exact_repeat", source="heuristic:exact_repeat",
+        "loop_judge_loops_total",
+        kind="exact_repeat",
+        source="heuristic:exact_repeat",
         endpoint="turn",
     )
     assert loops == 2  # turns 3 and 4
@@ -230,8 +232,9 @@ def redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 
 async def test_two_proxies_share_sessions_through_redis(redis_url: str) -> None:
     prefix = unique_prefix()
-    proxies = [guardrail("block", redis_url=redis_url, key_prefix=prefix, store=None)
-               for _ in range(2)]
+    proxies = [
+        guardrail("block", redis_url=redis_url, key_prefix=prefix, store=None) for _ in range(2)
+    ]
     from litellm.exceptions import GuardrailRaisedException
 
     histories = prefixes(failing_repeat_history(N_TURNS), N_TURNS)

@@ -45,8 +45,11 @@ async def test_deeply_nested_tool_arguments_do_not_crash_the_turn() -> None:
             "role": "assistant",
             "content": None,
             "tool_calls": [
-                {"id": "c1", "type": "function",
-                 "function": {"name": "f", "arguments": "[" * 100_000}}
+                {
+                    "id": "c1",
+                    "type": "function",
+                    "function": {"name": "f", "arguments": "[" * 100_000},
+                }
             ],
         },
     ]
@@ -76,9 +79,17 @@ async def test_deeply_nested_judge_reply_is_a_failed_call_not_a_crash() -> None:
 
 def _failing_call(i: int) -> list[dict[str, Any]]:
     return [
-        {"role": "assistant", "content": None, "tool_calls": [
-            {"id": f"c{i}", "type": "function",
-             "function": {"name": "run_tests", "arguments": "{}"}}]},
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {
+                    "id": f"c{i}",
+                    "type": "function",
+                    "function": {"name": "run_tests", "arguments": "{}"},
+                }
+            ],
+        },
         {"role": "tool", "tool_call_id": f"c{i}", "content": "Error: boom"},
     ]
 
@@ -113,9 +124,17 @@ async def test_injected_recovery_message_is_not_a_new_prompt() -> None:
             history.append({"role": "user", "content": verdict.recovery_message})
     for i in range(4, 40):
         history += [
-            {"role": "assistant", "content": f"step {i}", "tool_calls": [
-                {"id": f"r{i}", "type": "function",
-                 "function": {"name": "read_file", "arguments": json.dumps({"p": i})}}]},
+            {
+                "role": "assistant",
+                "content": f"step {i}",
+                "tool_calls": [
+                    {
+                        "id": f"r{i}",
+                        "type": "function",
+                        "function": {"name": "read_file", "arguments": json.dumps({"p": i})},
+                    }
+                ],
+            },
             {"role": "tool", "tool_call_id": f"r{i}", "content": f"content {i}"},
         ]
         await tracker.turn_started(history)

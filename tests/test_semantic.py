@@ -12,8 +12,9 @@ from judge.history import normalize_history
 from tests.test_detectors import Agent, first_flag, replay
 
 embeddings = pytest.importorskip("judge.embeddings")
-pytestmark = pytest.mark.skipif(not embeddings.available(),
-                                reason="the semantic extra is not installed")
+pytestmark = pytest.mark.skipif(
+    not embeddings.available(), reason="the semantic extra is not installed"
+)
 
 REPHRASED = [
     "Please check the Mariano's website to find the price of their ready-to-eat salads.",
@@ -50,17 +51,25 @@ def test_different_requests_and_enumerations_are_progress() -> None:
     ]:
         agent.call("WebSurfer", {"request": request}, "done: found some information")
     for n in range(1, 6):
-        agent.call("WebSurfer", {"request": f"Open search result number {n} and read its title."},
-                   f"title {n}")
+        agent.call(
+            "WebSurfer",
+            {"request": f"Open search result number {n} and read its title."},
+            f"title {n}",
+        )
     assert first_flag(replay(agent, semantic="on")) is None
 
 
 def test_identical_requests_with_new_results_are_polling_not_semantic_loops() -> None:
     agent = Agent()
     for i in range(5):
-        agent.call("Assistant", {"request": "Please check whether the nightly build has "
-                                            "finished and report its current status."},
-                   f"build status: running step {i} of 9")
+        agent.call(
+            "Assistant",
+            {
+                "request": "Please check whether the nightly build has "
+                "finished and report its current status."
+            },
+            f"build status: running step {i} of 9",
+        )
     assert first_flag(replay(agent, semantic="on")) is None
 
 

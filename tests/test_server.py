@@ -123,8 +123,9 @@ async def test_delete_forgets_the_session(client: httpx.AsyncClient) -> None:
 
 
 async def test_judge_failure_is_on_the_verdict_not_a_5xx() -> None:
-    config = TrackerConfig(fast_model=FAST, check_after_turns=1, initial_interval=1,
-                           early_checks=False)
+    config = TrackerConfig(
+        fast_model=FAST, check_after_turns=1, initial_interval=1, early_checks=False
+    )
     fake = FakeClient({FAST: [JudgeTimeout("no answer in 30 s", model=FAST)]})
     app = create_app(ServerSettings(), MemoryStore(config, judge_client=fake))
     async with client_for(app) as c:
@@ -138,8 +139,13 @@ async def test_judge_failure_is_on_the_verdict_not_a_5xx() -> None:
 
 
 async def test_metrics_count_turns_loops_and_judge_spend() -> None:
-    config = TrackerConfig(fast_model=FAST, confirm_model=CONFIRM, check_after_turns=2,
-                           initial_interval=1, early_checks=False)
+    config = TrackerConfig(
+        fast_model=FAST,
+        confirm_model=CONFIRM,
+        check_after_turns=2,
+        initial_interval=1,
+        early_checks=False,
+    )
     fake = FakeClient({FAST: [answer(0.95)], CONFIRM: [answer(0.97, "circling")]})
     app = create_app(ServerSettings(), MemoryStore(config, judge_client=fake))
     history = looping_history(2)
@@ -174,9 +180,11 @@ async def test_loops_are_counted_by_kind_and_source(client: httpx.AsyncClient) -
 async def test_token_is_required_when_set() -> None:
     app = create_app(ServerSettings(server_token=TOKEN), MemoryStore())
     body = {"messages": looping_history(1)}
-    async with client_for(app) as anonymous, client_for(app, "wrong") as wrong, client_for(
-        app, TOKEN
-    ) as right:
+    async with (
+        client_for(app) as anonymous,
+        client_for(app, "wrong") as wrong,
+        client_for(app, TOKEN) as right,
+    ):
         r = await anonymous.post("/v1/sessions/s/turns", json=body)
         assert r.status_code == 401 and r.headers["www-authenticate"] == "Bearer"
         assert (await wrong.post("/v1/sessions/s/turns", json=body)).status_code == 401
@@ -195,9 +203,17 @@ def test_non_loopback_bind_needs_a_token(host: str) -> None:
     create_app(ServerSettings(host=host, server_token=TOKEN), MemoryStore())
 
 
-@pytest.mark.parametrize(("host", "loopback"), [("127.0.0.1", True), ("::1", True),
-                                                ("localhost", True), ("127.8.0.1", True),
-                                                ("0.0.0.0", False), ("example.com", False)])
+@pytest.mark.parametrize(
+    ("host", "loopback"),
+    [
+        ("127.0.0.1", True),
+        ("::1", True),
+        ("localhost", True),
+        ("127.8.0.1", True),
+        ("0.0.0.0", False),
+        ("example.com", False),
+    ],
+)
 def test_is_loopback(host: str, loopback: bool) -> None:
     assert is_loopback(host) is loopback
 
@@ -215,8 +231,9 @@ async def test_body_over_the_limit_is_413() -> None:
                 yield b"x" * 1000
             yield b'"}]}'
 
-        r = await c.post("/v1/sessions/s/turns", content=chunks(),
-                         headers={"content-type": "application/json"})
+        r = await c.post(
+            "/v1/sessions/s/turns", content=chunks(), headers={"content-type": "application/json"}
+        )
         assert r.status_code == 413
         small = {"messages": [{"role": "user", "content": "x" * 100}]}
         assert (await c.post("/v1/sessions/s/turns", json=small)).status_code == 200
@@ -242,7 +259,10 @@ def test_openapi_uses_the_library_verdict() -> None:
 def test_cli_dumps_openapi_to_stdout() -> None:
     out = subprocess.run(
         [sys.executable, "-m", "judge.cli", "serve", "--dump-openapi", "-"],
-        capture_output=True, text=True, check=True, timeout=60,
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
     ).stdout
     assert json.loads(out) == openapi_schema()
 
@@ -250,7 +270,9 @@ def test_cli_dumps_openapi_to_stdout() -> None:
 def test_cli_refuses_public_bind_without_token() -> None:
     proc = subprocess.run(
         [sys.executable, "-m", "judge.cli", "serve", "--host", "0.0.0.0"],
-        capture_output=True, text=True, timeout=60,
+        capture_output=True,
+        text=True,
+        timeout=60,
         env={"PATH": "/usr/bin:/bin", "LOOP_JUDGE_SERVER_TOKEN": ""},
     )
     assert proc.returncode == 2 and "LOOP_JUDGE_SERVER_TOKEN" in proc.stderr
@@ -262,6 +284,7 @@ def test_import_judge_stays_light() -> None:
         "'judge.server', 'judge.integrations.litellm_proxy') if m in sys.modules]; "
         "print(','.join(heavy))"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         check=True, timeout=60).stdout.strip()
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
+    ).stdout.strip()
     assert out == ""

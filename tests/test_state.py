@@ -98,8 +98,7 @@ def test_tracker_state_round_trips_exactly_on_recorded_runs() -> None:
     from judge import LoopTracker
 
     config = TrackerConfig(semantic="off")
-    trajectories, _ = load_dataset([SMOKE / "recorded" / "react_fever",
-                                    SMOKE / "handmade"])
+    trajectories, _ = load_dataset([SMOKE / "recorded" / "react_fever", SMOKE / "handmade"])
     for traj in trajectories[:25]:
         live, restarted = _replay_with_restarts(traj.messages, config)
         assert [v.model_dump() for v in live] == [v.model_dump() for v in restarted], traj.id
@@ -116,10 +115,12 @@ def test_tracker_state_with_semantic_vectors() -> None:
         pytest.skip("the semantic extra is not installed")
     config = TrackerConfig(semantic="on")
     agent = Agent()
-    for text in ["Please check the Mariano's website to find the price of their salads.",
-                 "Visit marianos.com and look up how much the ready-to-eat salads cost.",
-                 "Go to the Mariano's site and find the prices of ready made salads.",
-                 "Check Mariano's website once more for the cost of their salads please."]:
+    for text in [
+        "Please check the Mariano's website to find the price of their salads.",
+        "Visit marianos.com and look up how much the ready-to-eat salads cost.",
+        "Go to the Mariano's site and find the prices of ready made salads.",
+        "Check Mariano's website once more for the cost of their salads please.",
+    ]:
         agent.call("WebSurfer", {"request": text}, "I clicked a link.")
     live, restarted = _replay_with_restarts(agent.history, config)
     assert [bool(v) for v in live] == [bool(v) for v in restarted] == [False] * 3 + [True]

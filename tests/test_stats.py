@@ -70,7 +70,8 @@ def test_judge_stats() -> None:
     assert stats.cost_usd == pytest.approx(0.0002)
     assert stats.judge_latency_s_max <= stats.judge_latency_s_sum
     assert stats.judge_latency_s_sum == pytest.approx(
-        sum(c.latency_s for c in verdicts[-1].judge_calls))
+        sum(c.latency_s for c in verdicts[-1].judge_calls)
+    )
     assert stats.detections_by_source == {"llm": 1}
     # distinct reads, no heuristic signal under the judge: no progress is "cognitive"
     assert stats.detections_by_kind == {"cognitive": 1}
@@ -96,8 +97,14 @@ class FakeSpan:
 class FakeTracer:
     spans: list[FakeSpan] = field(default_factory=list)
 
-    def start_span(self, name: str, context: Any = None, attributes: Any = None,
-                   start_time: int | None = None, **_: Any) -> FakeSpan:
+    def start_span(
+        self,
+        name: str,
+        context: Any = None,
+        attributes: Any = None,
+        start_time: int | None = None,
+        **_: Any,
+    ) -> FakeSpan:
         span = FakeSpan(name, dict(attributes or {}), context, start_time)
         self.spans.append(span)
         return span
@@ -128,8 +135,11 @@ class FakeMeter:
 def test_telemetry_with_a_test_double() -> None:
     tracer, meter = FakeTracer(), FakeMeter()
     client = FakeClient({FAST: [answer(0.95, "same reads")], CONFIRM: [answer(0.97, "yes")]})
-    tracker = LoopTracker(TrackerConfig(fast_model=FAST, confirm_model=CONFIRM), client=client,
-                          telemetry=Telemetry(tracer, meter))
+    tracker = LoopTracker(
+        TrackerConfig(fast_model=FAST, confirm_model=CONFIRM),
+        client=client,
+        telemetry=Telemetry(tracer, meter),
+    )
     play(tracker, looping_history(30))
     names = [s.name for s in tracer.spans]
     assert names == ["loop_judge.check", f"chat {FAST}", f"chat {CONFIRM}", "loop_judge.loop"]
@@ -149,7 +159,11 @@ def test_telemetry_with_a_test_double() -> None:
     assert not any("pattern" in k for s in tracer.spans for k in s.attributes)
     tokens = meter.instruments["gen_ai.client.token.usage"].points
     assert sorted((v, a["gen_ai.token.type"]) for v, a in tokens) == [
-        (20, "output"), (20, "output"), (100, "input"), (100, "input")]
+        (20, "output"),
+        (20, "output"),
+        (100, "input"),
+        (100, "input"),
+    ]
     assert [v for v, _ in meter.instruments["loop_judge.judge.confidence"].points] == [0.95, 0.97]
     assert len(meter.instruments["gen_ai.client.operation.duration"].points) == 2
     assert meter.instruments["loop_judge.checks"].points == [(1, {"loop_judge.looping": True})]

@@ -237,9 +237,7 @@ async def test_killing_a_replica_mid_session_loses_no_turn(redis_url: str, prefi
     assert got == await library_verdicts(history, N_TURNS)
 
 
-async def test_concurrent_turns_across_replicas_are_serialized(
-    redis_url: str, prefix: str
-) -> None:
+async def test_concurrent_turns_across_replicas_are_serialized(redis_url: str, prefix: str) -> None:
     stores = [replica(redis_url, prefix) for _ in range(2)]
     history = failing_repeat_history(1)
     seen: list[int] = []

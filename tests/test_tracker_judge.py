@@ -285,8 +285,9 @@ async def test_secrets_never_reach_the_judge() -> None:
 
 
 async def test_redaction_can_be_switched_off() -> None:
-    tracker, client = make([answer(0.1)], check_after_turns=1, initial_interval=1,
-                           redact_secrets=False)
+    tracker, client = make(
+        [answer(0.1)], check_after_turns=1, initial_interval=1, redact_secrets=False
+    )
     history = looping_history(1)
     history[-1]["content"] = "token ghp_abcdefghijklmnopqrstuvwxyz0123456789"
     await tracker.turn_started(history)

@@ -110,9 +110,7 @@ class ExactRepeatDetector:
         # Only since the last new file change: re-running a test after each new edit is
         # how coding agents debug, not asking again for what they were told.
         same = [
-            s
-            for s in self._recent
-            if s.key == key and s.signature == sig and s.edits == step.edits
+            s for s in self._recent if s.key == key and s.signature == sig and s.edits == step.edits
         ]
         count = len(same)
         if count <= self._count:

@@ -112,9 +112,7 @@ class DetectorSuite:
         self.detectors: list[Detector] = (
             list(detectors) if detectors is not None else default_detectors(config)
         )
-        self._message_detectors = [
-            d for d in self.detectors if getattr(d, "reads_messages", True)
-        ]
+        self._message_detectors = [d for d in self.detectors if getattr(d, "reads_messages", True)]
         self._clock = clock
         self._steps = StepBuilder()
         self._findings: dict[str, Finding] = {}

@@ -71,8 +71,14 @@ _METADATA_BUCKETS = ("metadata", "litellm_metadata")
 # hoisted by some providers.
 DEFAULT_NUDGE_ROLE = "user"
 # Server settings the guardrail accepts from its config.yaml block (the rest are HTTP-only).
-_STORE_SETTINGS = ("redis_url", "session_ttl_s", "max_sessions", "lock_lease_s",
-                   "lock_wait_s", "key_prefix")
+_STORE_SETTINGS = (
+    "redis_url",
+    "session_ttl_s",
+    "max_sessions",
+    "lock_lease_s",
+    "lock_wait_s",
+    "key_prefix",
+)
 
 
 class GuardrailMode(str, Enum):
@@ -198,7 +204,9 @@ class LoopJudgeGuardrail(CustomGuardrail):
             return data
         logger.warning(
             "loop-judge: session %s turn %d: %s (mode %s)",
-            session_id, verdict.turn, verdict.summary or verdict.source,
+            session_id,
+            verdict.turn,
+            verdict.summary or verdict.source,
             self.loop_judge_mode.value,
         )
         if self.loop_judge_mode is GuardrailMode.BLOCK:

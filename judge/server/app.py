@@ -138,8 +138,10 @@ class BodyLimit:
 
     async def _refuse(self, send: Send) -> None:
         body = json.dumps(
-            {"detail": f"request body larger than {self.max_bytes} bytes "
-                       "(LOOP_JUDGE_MAX_BODY_BYTES)"}
+            {
+                "detail": f"request body larger than {self.max_bytes} bytes "
+                "(LOOP_JUDGE_MAX_BODY_BYTES)"
+            }
         ).encode()
         await send(
             {
@@ -219,6 +221,7 @@ def create_app(
     settings.check_bind()
     store = store if store is not None else store_from_settings(settings)
     metrics = Metrics()
+
     @asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
         try:

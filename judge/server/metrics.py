@@ -21,7 +21,19 @@ JUDGE_LATENCY_BUCKETS = (0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0)
 # Whole-request latency buckets (s): heuristics-only turns take ~0.1-1 ms in the tracker
 # (evals/bench_turn.py) plus store and HTTP overhead; judge checks add the model's seconds.
 REQUEST_LATENCY_BUCKETS = (
-    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0, 5.0, 30.0, 120.0
+    0.0005,
+    0.001,
+    0.0025,
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    1.0,
+    5.0,
+    30.0,
+    120.0,
 )
 
 Labels = tuple[tuple[str, str], ...]
@@ -96,9 +108,7 @@ class Metrics:
     def inc(self, name: str, amount: float = 1.0, **labels: str) -> None:
         self._counters[name][tuple(sorted(labels.items()))] += amount
 
-    def observe(
-        self, name: str, value: float, buckets: Sequence[float], **labels: str
-    ) -> None:
+    def observe(self, name: str, value: float, buckets: Sequence[float], **labels: str) -> None:
         key = tuple(sorted(labels.items()))
         hist = self._histograms[name].get(key)
         if hist is None:
@@ -135,11 +145,19 @@ class Metrics:
                 stage=stage,
             )
             if call.prompt_tokens:
-                self.inc("loop_judge_judge_tokens_total", call.prompt_tokens,
-                         model=model, direction="prompt")
+                self.inc(
+                    "loop_judge_judge_tokens_total",
+                    call.prompt_tokens,
+                    model=model,
+                    direction="prompt",
+                )
             if call.completion_tokens:
-                self.inc("loop_judge_judge_tokens_total", call.completion_tokens,
-                         model=model, direction="completion")
+                self.inc(
+                    "loop_judge_judge_tokens_total",
+                    call.completion_tokens,
+                    model=model,
+                    direction="completion",
+                )
             if call.cost_usd:
                 self.inc("loop_judge_judge_cost_usd_total", call.cost_usd, model=model)
         if verdict.errors:
@@ -175,8 +193,11 @@ class Metrics:
             if kind == "gauge":
                 if sessions_live is None:
                     continue
-                out += [f"# HELP {name} {help_text}", f"# TYPE {name} gauge",
-                        f"{name} {sessions_live}"]
+                out += [
+                    f"# HELP {name} {help_text}",
+                    f"# TYPE {name} gauge",
+                    f"{name} {sessions_live}",
+                ]
                 continue
             out += [f"# HELP {name} {help_text}", f"# TYPE {name} {kind}"]
             if kind == "counter":
