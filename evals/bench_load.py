@@ -31,7 +31,7 @@ from typing import Any
 import anyio
 
 from judge import LoopTracker, TrackerConfig
-from judge._llm import ModelReply
+from judge.llm._litellm import ModelReply
 
 FAST, CONFIRM = "fake/fast", "fake/confirm"
 # The judge's simulated latency: a few ms keeps checks of different trackers overlapping

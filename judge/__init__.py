@@ -17,10 +17,10 @@ from judge.errors import (
     JudgeTimeout,
     LoopJudgeError,
 )
-from judge.escalation import LadderState, OverrideRecord, ResponseMode
-from judge.memory import LoopMemory
-from judge.stats import TrackerStats
-from judge.telemetry import Telemetry
+from judge.response.ladder import LadderState, OverrideRecord, ResponseMode
+from judge.response.memory import LoopMemory
+from judge.response.stats import TrackerStats
+from judge.response.telemetry import Telemetry
 from judge.tracker import LoopTracker
 from judge.verdict import Action, JudgeCall, JudgeStage, LoopKind, Verdict
 

@@ -24,16 +24,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from judge._llm import LiteLLMClient, LLMClient
-from judge.adapters import load_trajectories, load_trajectory
 from judge.config import TrackerConfig, env_name
-from judge.dataset import (
-    ImportProblem,
-    Trajectory,
-    TrajectoryFormatError,
-    iter_trajectory_files,
-    load_dataset,
-)
 from judge.errors import ConfigError
 from judge.evaluation import report
 from judge.evaluation.cassette import Cassette, CassetteRecorder
@@ -62,7 +53,16 @@ from judge.evaluation.replay import (
     replay_all,
 )
 from judge.evaluation.sweep import build_configs, parse_axis, run_sweep, settings_grid
+from judge.llm._litellm import LiteLLMClient, LLMClient
 from judge.tracker import LoopTracker
+from judge.trajectories.dataset import (
+    ImportProblem,
+    Trajectory,
+    TrajectoryFormatError,
+    iter_trajectory_files,
+    load_dataset,
+)
+from judge.trajectories.importers import load_trajectories, load_trajectory
 from judge.verdict import Action, Verdict
 
 __all__ = ["assistant_turn_ends", "build_parser", "main", "replay"]
@@ -561,8 +561,8 @@ def _serve(args: argparse.Namespace, console: Console) -> int:
     try:
         import uvicorn
 
-        from judge.server.app import OPENAPI_FILE, create_app, openapi_text
-        from judge.server.settings import ServerSettings
+        from judge.service.app import OPENAPI_FILE, create_app, openapi_text
+        from judge.service.settings import ServerSettings
     except ImportError as exc:
         raise UsageError(
             f"the server needs the serve extra ({exc.name} is missing): "
@@ -769,7 +769,7 @@ def build_parser() -> argparse.ArgumentParser:
         nargs="?",
         const="",
         metavar="FILE",
-        help="write the OpenAPI schema (default: the committed judge/server/openapi.json; "
+        help="write the OpenAPI schema (default: the committed judge/service/openapi.json; "
         "'-' for stdout) and exit",
     )
     srv.set_defaults(func=_serve)

@@ -22,10 +22,10 @@ from pydantic import (
 )
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from judge.breaker import DEFAULT_BREAKER_COOLDOWN_S, DEFAULT_BREAKER_FAILURES
 from judge.detectors.tool_classes import DEFAULT_EXPLORE_PATTERNS, DEFAULT_MODIFY_PATTERNS
 from judge.errors import ConfigError
-from judge.escalation import (
+from judge.llm.breaker import DEFAULT_BREAKER_COOLDOWN_S, DEFAULT_BREAKER_FAILURES
+from judge.response.ladder import (
     DEFAULT_LADDER,
     DEFAULT_OVERALL_EVERY,
     DEFAULT_RECOVERY_TURNS,
@@ -215,7 +215,7 @@ class TrackerConfig(BaseSettings):
     redact_patterns: tuple[str, ...] = ()
     response_mode: ResponseMode = ResponseMode.GRADUATED
     ladder: tuple[Action, ...] = Field(default=DEFAULT_LADDER, min_length=1)
-    # After a loop is found (judge/escalation.py): different loops climb the ladder at
+    # After a loop is found (judge/response/ladder.py): different loops climb the ladder at
     # 1/ladder_overall_every the speed of a relapse into the same one; recovery_turns turns
     # without a relapse count as an escape; a person's first override silences a loop for
     # override_silence_turns turns (the second for twice that, the third for the session).
@@ -224,7 +224,7 @@ class TrackerConfig(BaseSettings):
     override_silence_turns: int = DEFAULT_SILENCE_TURNS
     # Character budget of verdict.recovery_message, the fenced block for the model.
     recovery_max_chars: int = DEFAULT_RECOVERY_MAX_CHARS
-    # Known-loop memory (judge/memory.py): a SQLite file of loop fingerprints, never raw
+    # Known-loop memory (judge/response/memory.py): a SQLite file of loop fingerprints, never raw
     # content; None = off. A remembered pattern brings the judge's check forward; with
     # memory_lowers_threshold it also flags one repeat earlier.
     memory_path: Path | None = None

@@ -13,8 +13,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from judge.escalation import LadderState
-from judge.stats import TrackerStats
+from judge.response.ladder import LadderState
+from judge.response.stats import TrackerStats
 
 # 2: the ladder remembers the evidence it answered; tool results carry their error flag;
 # detectors keep fence, run and failure-run state (the live-loop fixes). A state of another

@@ -23,9 +23,9 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from judge._llm import ModelReply
-from judge.assessment import ANALYSIS_KEY, CONFIDENCE_KEY
 from judge.errors import JudgeError, JudgeOutputError
+from judge.llm._litellm import ModelReply
+from judge.llm.assessment import ANALYSIS_KEY, CONFIDENCE_KEY
 
 __all__ = [
     "SCRIPTED_CONFIRM_MODEL",
@@ -58,7 +58,7 @@ failed call: timeout, 429, ...)."""
 def transcript_records(messages: Iterable[dict[str, str]]) -> list[dict[str, Any]]:
     """The history records in a judge prompt, oldest first.
 
-    Each record is what judge.transcript renders for one message: ``n`` (its index in the
+    Each record is what judge.llm.transcript renders for one message: ``n`` (its index in the
     agent's history), ``role``, and ``content``, ``calls`` or ``result_of`` when present.
     A script that decides from these knows exactly what a real judge would be shown, and
     nothing more. Returns [] for a prompt without a transcript.

@@ -16,25 +16,25 @@ from typing import Any
 import anyio
 
 from judge._codec import StateError, decode, dump_attrs, encode, load_attrs
-from judge._llm import LiteLLMClient, LLMClient, Sleep
-from judge.breaker import CircuitBreaker, Clock, skip_message
-from judge.budget import JudgeBudget
 from judge.config import TrackerConfig
 from judge.detectors.base import Detector, Finding
 from judge.detectors.exact_repeat import ExactRepeatDetector
 from judge.detectors.stream import StreamMonitor
 from judge.detectors.suite import Assessment, DetectorSuite
 from judge.errors import HistoryError
-from judge.escalation import LadderState, OverrideRecord
 from judge.history import HistoryCursor, Message, canonical_arguments, message_digest
-from judge.llm_judge import JudgeOutcome, TwoStageJudge
-from judge.redaction import Redactor
-from judge.response import LoopCallback, Responder
+from judge.llm._litellm import LiteLLMClient, LLMClient, Sleep
+from judge.llm.breaker import CircuitBreaker, Clock, skip_message
+from judge.llm.budget import JudgeBudget
+from judge.llm.pair import JudgeOutcome, TwoStageJudge
+from judge.llm.redaction import Redactor
+from judge.llm.transcript import SCRUB_MARGIN, clip, fit_prompt, judge_window
+from judge.response.ladder import LadderState, OverrideRecord
+from judge.response.responder import LoopCallback, Responder
+from judge.response.stats import TrackerStats
+from judge.response.telemetry import Telemetry
 from judge.schedule import Schedule
 from judge.state import STATE_VERSION, BreakerSnapshot, ScheduleState, TrackerState
-from judge.stats import TrackerStats
-from judge.telemetry import Telemetry
-from judge.transcript import SCRUB_MARGIN, clip, fit_prompt, judge_window
 from judge.user_turns import UserMessageKind, classify_user, digest
 from judge.verdict import Verdict
 
@@ -116,7 +116,7 @@ class LoopTracker:
         # Digests of user messages seen, to tell a new prompt from one re-read after the
         # history was rewritten (stable across processes, unlike hash()).
         self._user_seen: set[str] = set()
-        # Ladder, texts, overrides, memory, on_loop, stats, telemetry (judge/response.py).
+        # Ladder, texts, overrides, memory, on_loop, stats, telemetry (judge/response/responder.py).
         self._responder = Responder(cfg, on_loop=on_loop, telemetry=telemetry)
         # fast_acquire: no event-loop round trip when uncontended (the usual case), which
         # otherwise costs more than the whole turn.

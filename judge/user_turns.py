@@ -26,7 +26,7 @@ from enum import Enum
 from hashlib import blake2b
 
 from judge.history import OBSERVATION_NAME, Message
-from judge.recovery import RECOVERY_FENCE
+from judge.response.recovery import RECOVERY_FENCE
 
 # How text-only agents mark tool output in a user message; only the opening is read, so
 # the check is O(1) whatever the message's length.

@@ -33,7 +33,7 @@ def no_sleep() -> tuple[list[float], object]:
 def httpx_litellm(monkeypatch: pytest.MonkeyPatch) -> Iterator[object]:
     """litellm routed through httpx so respx can intercept it (aiohttp bypasses respx)."""
     monkeypatch.setenv("LITELLM_LOCAL_MODEL_COST_MAP", "True")
-    from judge._llm import _import_litellm
+    from judge.llm._litellm import _import_litellm
 
     litellm = _import_litellm()
     old = litellm.disable_aiohttp_transport

@@ -9,8 +9,8 @@ from typing import Any
 
 import anyio
 
-from judge._llm import ModelReply
 from judge.errors import JudgeError
+from judge.llm._litellm import ModelReply
 
 
 def answer(confidence: float, analysis: str = "scripted") -> str:

@@ -7,7 +7,7 @@ from datetime import datetime, timezone
 import pytest
 
 from judge import JudgeTimeout, LoopTracker, TrackerConfig
-from judge.breaker import BreakerState, CircuitBreaker, skip_message
+from judge.llm.breaker import BreakerState, CircuitBreaker, skip_message
 from tests.fakes import FakeClient, answer, looping_history
 
 

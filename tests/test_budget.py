@@ -8,10 +8,10 @@ from typing import Any
 import pytest
 
 from judge import JudgeTimeout, LoopTracker, TrackerConfig
-from judge._llm import ModelReply
-from judge.budget import CHARS_PER_TOKEN, JudgeBudget
 from judge.history import normalize_history
-from judge.transcript import build_prompt, fit_prompt
+from judge.llm._litellm import ModelReply
+from judge.llm.budget import CHARS_PER_TOKEN, JudgeBudget
+from judge.llm.transcript import build_prompt, fit_prompt
 from tests.fakes import FakeClient, answer, looping_history
 
 pytestmark = pytest.mark.anyio

@@ -10,10 +10,8 @@ from typing import Any
 
 import pytest
 
-from judge.assessment import parse_assessment
 from judge.cli import main
 from judge.config import TrackerConfig
-from judge.dataset import Labels, Trajectory, load_dataset
 from judge.errors import JudgeOutputError, JudgeTimeout
 from judge.evaluation.closed_loop import (
     LOOP_POLICIES,
@@ -28,6 +26,7 @@ from judge.evaluation.closed_loop import (
     seed_from_trajectory,
     split_turns,
 )
+from judge.llm.assessment import parse_assessment
 from judge.testing import (
     SCRIPTED_CONFIRM_MODEL,
     SCRIPTED_FAST_MODEL,
@@ -36,6 +35,7 @@ from judge.testing import (
     transcript_records,
 )
 from judge.tracker import LoopTracker
+from judge.trajectories.dataset import Labels, Trajectory, load_dataset
 
 REPO = Path(__file__).resolve().parent.parent
 SEED_FILE = REPO / "evals/data/handmade/handmade-exact-repeat-failing-pytest-3x.json"

@@ -4,7 +4,7 @@ import pytest
 from pydantic import ValidationError
 
 from judge import TrackerConfig
-from judge.escalation import ResponseMode
+from judge.response.ladder import ResponseMode
 
 
 def test_defaults_send_nothing_anywhere(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from judge.dataset import KINDS, ImportProblem, Labels, Trajectory, load_dataset
+from judge.trajectories.dataset import KINDS, ImportProblem, Labels, Trajectory, load_dataset
 
 REPO = Path(__file__).resolve().parent.parent
 EVAL_DATA = REPO / "evals" / "data"

@@ -9,15 +9,15 @@ import anyio
 import pytest
 
 from judge import Action, LoopTracker, ResponseMode, TrackerConfig, Verdict
-from judge.adapters import load_trajectory
-from judge.escalation import (
+from judge.evaluation.replay import replay
+from judge.response.ladder import (
     DEFAULT_LADDER,
     Ladder,
     LadderPolicy,
     LadderState,
     RecoveryLevel,
 )
-from judge.evaluation.replay import replay
+from judge.trajectories.importers import load_trajectory
 from tests.test_detectors import Agent
 
 RECORDED = Path(__file__).resolve().parent.parent / "evals/data/recorded/react_webshop"

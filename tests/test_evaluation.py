@@ -10,7 +10,6 @@ import anyio
 import pytest
 
 from judge import JudgeTimeout, LoopTracker, TrackerConfig
-from judge.dataset import Labels, Trajectory
 from judge.errors import ConfigError
 from judge.evaluation.cassette import Cassette, CassetteMiss, CassetteRecorder
 from judge.evaluation.metrics import Outcome, compute_metrics, percentile, score
@@ -29,7 +28,8 @@ from judge.evaluation.replay import (
 )
 from judge.evaluation.sweep import build_configs, parse_axis, settings_grid
 from judge.history import normalize_history
-from judge.transcript import build_prompt, judge_window
+from judge.llm.transcript import build_prompt, judge_window
+from judge.trajectories.dataset import Labels, Trajectory
 from tests.fakes import FakeClient, answer, looping_history
 
 pytestmark = pytest.mark.anyio

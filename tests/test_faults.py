@@ -19,14 +19,14 @@ from typing import Any
 import pytest
 
 from judge import JudgeStage, LoopTracker, TrackerConfig, Verdict
-from judge._llm import (
+from judge.llm._litellm import (
     BACKOFF_INITIAL_S,
     BACKOFF_JITTER_S,
     BACKOFF_MAX_S,
     WATCHDOG_GRACE_S,
     _import_litellm,
 )
-from judge.breaker import BreakerState
+from judge.llm.breaker import BreakerState
 from tests.fakes import answer, looping_history
 from tests.fault_server import FaultServer, Reply, Request, closed_port, completion, error
 

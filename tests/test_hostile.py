@@ -18,7 +18,7 @@ from pydantic import BaseModel
 from judge import HistoryError, LoopTracker, TrackerConfig
 from judge._prompts import read_text
 from judge.history import normalize_history
-from judge.transcript import SYSTEM_PROMPT_FILE
+from judge.llm.transcript import SYSTEM_PROMPT_FILE
 from tests.fakes import FakeClient, answer, looping_history
 
 pytestmark = pytest.mark.anyio
@@ -234,7 +234,7 @@ class PydanticMessage(BaseModel):
 async def test_pydantic_and_litellm_message_objects() -> None:
     # through _import_litellm: it pins litellm to its bundled cost map, so importing it
     # never reaches for the network
-    from judge._llm import _import_litellm
+    from judge.llm._litellm import _import_litellm
 
     _import_litellm()
     from litellm.types.utils import ChatCompletionMessageToolCall, Function, Message

@@ -10,9 +10,9 @@ import pytest
 import respx
 
 from judge import LoopTracker, TrackerConfig
-from judge._llm import LiteLLMClient
-from judge.assessment import assessment_schema
 from judge.errors import JudgeHTTPError, JudgeRateLimited, JudgeTimeout
+from judge.llm._litellm import LiteLLMClient
+from judge.llm.assessment import assessment_schema
 from tests.fakes import answer, looping_history
 
 pytestmark = pytest.mark.anyio
@@ -278,7 +278,7 @@ async def test_401_through_tracker_is_one_request(httpx_litellm: Any, no_sleep: 
 
 async def test_retries_stop_at_the_time_budget(httpx_litellm: Any, no_sleep: Any) -> None:
     """An outage costs at most timeout_s plus a bounded retry budget, whatever max_retries."""
-    from judge._llm import RETRY_TIME_BUDGET_S
+    from judge.llm._litellm import RETRY_TIME_BUDGET_S
 
     delays, sleep = no_sleep
     with respx.mock(assert_all_mocked=True) as mock:

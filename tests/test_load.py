@@ -18,7 +18,7 @@ import anyio
 import pytest
 
 from judge import LoopTracker, TrackerConfig, Verdict
-from judge._llm import ModelReply
+from judge.llm._litellm import ModelReply
 
 pytestmark = pytest.mark.anyio
 

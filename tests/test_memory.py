@@ -10,7 +10,7 @@ import pytest
 
 from judge import LoopTracker, TrackerConfig, Verdict
 from judge.evaluation.replay import assistant_turn_ends
-from judge.memory import LoopMemory
+from judge.response.memory import LoopMemory
 from tests.fakes import FakeClient, answer
 from tests.test_detectors import Agent
 

@@ -22,7 +22,7 @@ from judge.integrations.litellm_proxy import (
     LoopJudgeGuardrail,
     session_id_of,
 )
-from judge.server.store import MemoryStore, RedisStore
+from judge.service.store import MemoryStore, RedisStore
 from tests.serving import (
     failing_repeat_history,
     free_port,

@@ -8,7 +8,7 @@ import time
 import pytest
 
 from judge.errors import ConfigError
-from judge.redaction import BUILTIN_KINDS, Redactor, redact
+from judge.llm.redaction import BUILTIN_KINDS, Redactor, redact
 
 # Syntactically valid, made-up credentials (never real ones).
 OPENAI = "sk-abcdefghij1234567890ABCDEFGHIJ1234567890abcdefgh"
@@ -231,9 +231,9 @@ def test_bad_configuration_is_a_config_error() -> None:
 
 
 def test_every_builtin_kind_is_documented() -> None:
-    import judge.redaction
+    import judge.llm.redaction
 
-    doc = judge.redaction.__doc__ or ""
+    doc = judge.llm.redaction.__doc__ or ""
     for kind in BUILTIN_KINDS:
         assert f"``{kind}``" in doc or f"``{kind}`` " in doc, kind
 

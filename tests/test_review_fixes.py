@@ -8,9 +8,9 @@ from typing import Any
 import pytest
 
 from judge import JudgeOutputError, LoopTracker, TrackerConfig
-from judge.assessment import parse_assessment
-from judge.dataset import iter_trajectory_files
 from judge.history import canonical_arguments
+from judge.llm.assessment import parse_assessment
+from judge.trajectories.dataset import iter_trajectory_files
 from tests.fakes import FakeClient, answer, looping_history
 
 
@@ -180,8 +180,8 @@ def test_trajectory_files_are_walked_sorted(tmp_path: Any) -> None:
 )
 def test_unreadable_state_is_a_state_error(mutate: Any) -> None:
     from judge._codec import StateError
-    from judge.server.state import StateFormatError, dump_tracker, load_tracker
-    from judge.server.store import _load_or_fresh
+    from judge.service.state import StateFormatError, dump_tracker, load_tracker
+    from judge.service.store import _load_or_fresh
 
     config = TrackerConfig()
     data = json.loads(dump_tracker(LoopTracker(config)))

@@ -11,7 +11,7 @@ from judge.detectors.suite import default_detectors
 from judge.history import normalize_history
 from tests.test_detectors import Agent, first_flag, replay
 
-embeddings = pytest.importorskip("judge.embeddings")
+embeddings = pytest.importorskip("judge.detectors.embeddings")
 pytestmark = pytest.mark.skipif(
     not embeddings.available(), reason="the semantic extra is not installed"
 )

@@ -15,9 +15,9 @@ pytest.importorskip("fastapi", reason="the serve extra is not installed")
 
 from judge import JudgeTimeout, LoopTracker, TrackerConfig, Verdict
 from judge.errors import ConfigError
-from judge.server.app import OPENAPI_FILE, create_app, openapi_schema
-from judge.server.settings import ServerSettings, is_loopback
-from judge.server.store import MemoryStore
+from judge.service.app import OPENAPI_FILE, create_app, openapi_schema
+from judge.service.settings import ServerSettings, is_loopback
+from judge.service.store import MemoryStore
 from tests.fakes import FakeClient, answer, looping_history
 from tests.serving import alternation_history, failing_repeat_history, prefixes
 
@@ -242,7 +242,7 @@ async def test_body_over_the_limit_is_413() -> None:
 def test_committed_openapi_matches_the_app() -> None:
     committed = json.loads(OPENAPI_FILE.read_text("utf-8"))
     assert committed == openapi_schema(), (
-        "judge/server/openapi.json is stale: run `loop-judge serve --dump-openapi`"
+        "judge/service/openapi.json is stale: run `loop-judge serve --dump-openapi`"
     )
 
 
@@ -281,7 +281,7 @@ def test_cli_refuses_public_bind_without_token() -> None:
 def test_import_judge_stays_light() -> None:
     code = (
         "import sys, judge; heavy = [m for m in ('fastapi', 'uvicorn', 'redis', 'litellm', "
-        "'judge.server', 'judge.integrations.litellm_proxy') if m in sys.modules]; "
+        "'judge.service', 'judge.integrations.litellm_proxy') if m in sys.modules]; "
         "print(','.join(heavy))"
     )
     out = subprocess.run(

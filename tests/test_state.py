@@ -9,9 +9,9 @@ import pytest
 
 from judge import TrackerConfig
 from judge._codec import StateError, decode, encode
-from judge.dataset import load_dataset
 from judge.detectors.suite import DetectorSuite
 from judge.history import normalize_history
+from judge.trajectories.dataset import load_dataset
 from tests.test_detectors import Agent
 
 SMOKE = Path(__file__).resolve().parent.parent / "evals" / "data"
@@ -109,7 +109,7 @@ def test_tracker_state_round_trips_exactly_on_recorded_runs() -> None:
 
 def test_tracker_state_with_semantic_vectors() -> None:
     pytest.importorskip("onnxruntime")
-    from judge import embeddings
+    from judge.detectors import embeddings
 
     if not embeddings.available():
         pytest.skip("the semantic extra is not installed")

@@ -16,8 +16,8 @@ import httpx
 import pytest
 
 from judge import LoopTracker, TrackerConfig, Verdict
-from judge.server.state import dump_tracker, load_tracker
-from judge.server.store import (
+from judge.service.state import dump_tracker, load_tracker
+from judge.service.store import (
     MemoryStore,
     RedisStore,
     SessionBusy,
@@ -183,8 +183,8 @@ def replica(redis_url: str, prefix: str, **kwargs: Any) -> RedisStore:
 @pytest.fixture
 async def two_replicas(redis_url: str, prefix: str) -> AsyncIterator[tuple[Any, Any]]:
     """Two sidecar apps with their own RedisStore (own connections), one Redis."""
-    from judge.server.app import create_app
-    from judge.server.settings import ServerSettings
+    from judge.service.app import create_app
+    from judge.service.settings import ServerSettings
 
     apps = [create_app(ServerSettings(), replica(redis_url, prefix)) for _ in range(2)]
     clients = [
@@ -320,8 +320,8 @@ async def test_lease_is_renewed_during_a_long_turn(redis_url: str, prefix: str) 
 
 
 async def test_redis_down_is_store_unavailable_and_503() -> None:
-    from judge.server.app import create_app
-    from judge.server.settings import ServerSettings
+    from judge.service.app import create_app
+    from judge.service.settings import ServerSettings
 
     store = RedisStore(TrackerConfig(), url=f"redis://127.0.0.1:{free_port()}/0")
     app = create_app(ServerSettings(), store)

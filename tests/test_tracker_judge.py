@@ -226,7 +226,7 @@ async def test_cancellation_propagates_fast_and_tracker_stays_usable() -> None:
 async def test_cancellation_during_litellm_import_is_prompt(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    import judge._llm as llm
+    import judge.llm._litellm as llm
 
     def slow_import() -> object:
         time.sleep(3)  # stands in for litellm's multi-second import

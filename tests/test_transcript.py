@@ -1,7 +1,7 @@
 from __future__ import annotations
 
 from judge.history import normalize_history
-from judge.transcript import build_prompt, clip, judge_window
+from judge.llm.transcript import build_prompt, clip, judge_window
 
 
 def test_clip_keeps_head_and_tail() -> None:

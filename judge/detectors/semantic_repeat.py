@@ -15,8 +15,8 @@ from collections import deque
 from typing import Any
 
 from judge.detectors.base import LOOP_SCORE, Event, Finding, near_miss, short
+from judge.detectors.embeddings import TextEmbedder
 from judge.detectors.steps import Step
-from judge.embeddings import TextEmbedder
 from judge.verdict import LoopKind
 
 # Same-tool requests compared with each new one (dev split: wider windows add false

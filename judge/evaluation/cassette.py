@@ -18,8 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from judge import errors
-from judge._llm import LLMClient, ModelReply
 from judge.errors import ConfigError, JudgeError
+from judge.llm._litellm import LLMClient, ModelReply
 
 __all__ = [
     "CASSETTE_FORMAT",

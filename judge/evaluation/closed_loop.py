@@ -47,7 +47,6 @@ from pathlib import Path
 from typing import Any
 
 from judge.config import TrackerConfig
-from judge.dataset import Trajectory
 from judge.detectors.base import Detector
 from judge.detectors.semantic_repeat import SemanticRepeatDetector
 from judge.detectors.suite import default_detectors
@@ -60,6 +59,7 @@ from judge.testing import (
     ScriptedJudge,
 )
 from judge.tracker import LoopTracker
+from judge.trajectories.dataset import Trajectory
 from judge.verdict import Action, Verdict
 
 __all__ = [
@@ -939,7 +939,7 @@ def memo_detectors() -> DetectorFactory:
         if not any(isinstance(d, SemanticRepeatDetector) for d in detectors):
             return detectors
         if memo is None:
-            from judge.embeddings import shared_embedder
+            from judge.detectors.embeddings import shared_embedder
 
             memo = _MemoEmbedder(shared_embedder())
         return [

@@ -36,7 +36,7 @@ __all__ = [
     "score",
 ]
 
-# The label kind of a productive trajectory (judge.dataset.KINDS).
+# The label kind of a productive trajectory (judge.trajectories.dataset.KINDS).
 NOT_LOOPING_KIND = "none"
 # Judge calls are reported per 100 turns: a rate that compares runs of any length.
 TURNS_PER_RATE = 100

@@ -15,10 +15,10 @@ import random
 from dataclasses import dataclass
 from typing import Any
 
-from judge._llm import ModelReply
-from judge.assessment import ANALYSIS_KEY, CONFIDENCE_KEY
-from judge.dataset import Labels
 from judge.errors import JudgeOutputError, JudgeTimeout
+from judge.llm._litellm import ModelReply
+from judge.llm.assessment import ANALYSIS_KEY, CONFIDENCE_KEY
+from judge.trajectories.dataset import Labels
 
 __all__ = [
     "ORACLE_CONFIRM_MODEL",
@@ -78,7 +78,7 @@ def max_message_index(messages: list[dict[str, str]]) -> int | None:
     """The newest message index (``"n"``) in the judge prompt's transcript.
 
     The transcript is one JSON object per line between the ``<transcript>`` fences (see
-    judge.transcript); reading it back, not peeking at the tracker, keeps the oracle honest:
+    judge.llm.transcript); reading it back, not peeking at the tracker, keeps the oracle honest:
     it knows only what a real judge would be shown.
     """
     text = "\n".join(m.get("content") or "" for m in messages if m.get("role") == "user")

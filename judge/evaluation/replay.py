@@ -17,10 +17,10 @@ from typing import Any
 
 import anyio
 
-from judge._llm import LLMClient
 from judge.config import TrackerConfig
-from judge.dataset import Labels, Trajectory
+from judge.llm._litellm import LLMClient
 from judge.tracker import LoopTracker
+from judge.trajectories.dataset import Labels, Trajectory
 from judge.verdict import Verdict
 
 __all__ = [

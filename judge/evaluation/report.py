@@ -15,7 +15,6 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from judge.dataset import KINDS, ImportProblem
 from judge.evaluation.metrics import (
     Metrics,
     Outcome,
@@ -26,6 +25,7 @@ from judge.evaluation.metrics import (
 )
 from judge.evaluation.replay import TrajectoryResult
 from judge.evaluation.sweep import SweepRow
+from judge.trajectories.dataset import KINDS, ImportProblem
 
 __all__ = [
     "CHART_FILE",

@@ -15,10 +15,10 @@ from typing import Any
 from pydantic import ValidationError
 
 from judge.config import TrackerConfig
-from judge.dataset import Trajectory
 from judge.errors import ConfigError
 from judge.evaluation.metrics import Metrics, compute_metrics
 from judge.evaluation.replay import TrajectoryResult, replay_all
+from judge.trajectories.dataset import Trajectory
 
 __all__ = ["SweepAxis", "SweepRow", "build_configs", "parse_axis", "run_sweep", "settings_grid"]
 

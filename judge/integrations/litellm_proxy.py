@@ -42,15 +42,15 @@ from collections.abc import Mapping
 from enum import Enum
 from typing import Any
 
-from judge._llm import LLMClient, _import_litellm
 from judge.config import TrackerConfig
 from judge.errors import HistoryError
-from judge.server.metrics import Metrics
-from judge.server.settings import ServerSettings
-from judge.server.store import SessionStore, StoreError, store_from_settings
+from judge.llm._litellm import LLMClient, _import_litellm
+from judge.service.metrics import Metrics
+from judge.service.settings import ServerSettings
+from judge.service.store import SessionStore, StoreError, store_from_settings
 from judge.verdict import Verdict
 
-# Through judge._llm, the one place that imports litellm: it uses the bundled model cost
+# Through judge.llm._litellm, the one place that imports litellm: it uses the bundled model cost
 # map instead of downloading one. Inside the proxy litellm is already loaded.
 _import_litellm()
 

@@ -10,13 +10,13 @@ import logging
 import time
 from dataclasses import dataclass, field
 
-from judge._llm import LLMClient, ModelReply
 from judge._prompts import read_json
-from judge.assessment import SCHEMA_FILE, Assessment, parse_assessment
 from judge.errors import JudgeError
+from judge.llm._litellm import LLMClient, ModelReply
+from judge.llm.assessment import SCHEMA_FILE, Assessment, parse_assessment
 from judge.verdict import JudgeCall, JudgeStage
 
-logger = logging.getLogger("judge.llm_judge")
+logger = logging.getLogger("judge.llm.pair")
 
 
 @dataclass(slots=True)

@@ -19,14 +19,14 @@ from typing import Any, TypeAlias
 from judge.config import TrackerConfig
 from judge.detectors.base import LOOP_SCORE, SUSPICION_CAP, Finding, short
 from judge.detectors.suite import SINGLE_SCORE, Assessment, combine
-from judge.escalation import LLM_PATTERN, Ladder, LadderPolicy, LadderState, OverrideRecord
-from judge.escalation import Step as LadderStep
 from judge.history import Message
-from judge.llm_judge import JudgeOutcome
-from judge.memory import LoopMemory
-from judge.recovery import for_finding, for_judge
-from judge.stats import TrackerStats
-from judge.telemetry import Telemetry
+from judge.llm.pair import JudgeOutcome
+from judge.response.ladder import LLM_PATTERN, Ladder, LadderPolicy, LadderState, OverrideRecord
+from judge.response.ladder import Step as LadderStep
+from judge.response.memory import LoopMemory
+from judge.response.recovery import for_finding, for_judge
+from judge.response.stats import TrackerStats
+from judge.response.telemetry import Telemetry
 from judge.verdict import Action, LoopKind, Verdict
 
 logger = logging.getLogger("judge.response")

@@ -33,24 +33,24 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 import anyio
 
 from judge._codec import StateError
-from judge._llm import LLMClient
 from judge.config import TrackerConfig
 from judge.errors import LoopJudgeError
-from judge.server.settings import (
+from judge.llm._litellm import LLMClient
+from judge.service.settings import (
     DEFAULT_KEY_PREFIX,
     DEFAULT_LOCK_LEASE_S,
     DEFAULT_LOCK_WAIT_S,
     DEFAULT_MAX_SESSIONS,
     DEFAULT_SESSION_TTL_S,
 )
-from judge.server.state import StateFormatError, dump_tracker, load_tracker, new_tracker
+from judge.service.state import StateFormatError, dump_tracker, load_tracker, new_tracker
 from judge.tracker import LoopTracker
 
 if TYPE_CHECKING:
     from redis.asyncio import Redis
     from redis.asyncio.lock import Lock as RedisLock
 
-logger = logging.getLogger("judge.server.store")
+logger = logging.getLogger("judge.service.store")
 
 # How often a waiting request retries a held Redis lock. redis-py polls (default 0.1 s);
 # 20 ms keeps the added latency of a contended turn below a typical turn's own cost.

@@ -21,7 +21,7 @@ from typing import Any
 from judge._prompts import read_json, read_text
 from judge.config import DEFAULT_RECOVERY_MAX_CHARS
 from judge.detectors.base import Finding
-from judge.escalation import RecoveryLevel, Step
+from judge.response.ladder import RecoveryLevel, Step
 from judge.verdict import Action, JudgeCall
 
 LLM_RECOVERY_FILE = "recovery_llm.md"

@@ -11,9 +11,9 @@ from typing import Any
 from pydantic import ValidationError
 
 from judge._codec import StateError
-from judge._llm import LLMClient
 from judge.config import TrackerConfig
 from judge.errors import LoopJudgeError
+from judge.llm._litellm import LLMClient
 from judge.state import TrackerState
 from judge.tracker import LoopTracker
 

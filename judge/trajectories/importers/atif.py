@@ -21,8 +21,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from judge.adapters._common import text_of, tool_call
-from judge.dataset import Trajectory, TrajectoryFormatError, make_trajectory
+from judge.trajectories.dataset import Trajectory, TrajectoryFormatError, make_trajectory
+from judge.trajectories.importers._common import text_of, tool_call
 
 FORMAT = "atif"
 _SOURCES = {"system": "system", "user": "user", "agent": "assistant"}

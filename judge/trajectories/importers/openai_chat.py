@@ -6,7 +6,7 @@ Accepted shapes:
 * ``{"messages": [...], ...}`` - e.g. a request body or a mini-SWE-agent ``.traj.json``;
   ``id``/``session_id`` and ``meta``/``metadata`` are kept when present;
 * JSONL with one message per line (one trajectory) or one such object per line (one
-  trajectory per line) - the per-line case is dispatched in :mod:`judge.adapters`.
+  trajectory per line) - the per-line case is dispatched in :mod:`judge.trajectories.importers`.
 
 Messages are normalised only where the tracker would otherwise have to special-case them:
 ``content: null`` and content-part lists become strings, and dict ``arguments`` become JSON
@@ -18,8 +18,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from judge.adapters._common import arguments_json, text_of
-from judge.dataset import Trajectory, TrajectoryFormatError, make_trajectory
+from judge.trajectories.dataset import Trajectory, TrajectoryFormatError, make_trajectory
+from judge.trajectories.importers._common import arguments_json, text_of
 
 FORMAT = "openai_chat"
 

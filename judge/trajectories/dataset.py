@@ -1,9 +1,10 @@
 """Trajectories, their loop labels, and loading them from disk.
 
-Every importer in :mod:`judge.adapters` produces a :class:`Trajectory`: a list of OpenAI
-chat-completions messages plus where they came from (``source``), informational ``meta`` and,
-for the evaluation set, hand-checked ``labels``. Keeping one in-memory shape means the
-tracker and the evaluation harness never need to know which agent framework wrote a file.
+Every importer in :mod:`judge.trajectories.importers` produces a :class:`Trajectory`: a
+list of OpenAI chat-completions messages plus where they came from (``source``),
+informational ``meta`` and, for the evaluation set, hand-checked ``labels``. Keeping one
+in-memory shape means the tracker and the evaluation harness never need to know which
+agent framework wrote a file.
 
 Loading is deliberately forgiving at the collection level and strict at the file level:
 :func:`load_dataset` reports each bad file as an :class:`ImportProblem` and keeps going,
@@ -265,7 +266,7 @@ def load_dataset(
     bad export should not hide the hundreds of good ones; callers decide whether problems are
     fatal. A path that does not exist is reported as a problem too.
     """
-    from judge.adapters import load_trajectories  # local: adapters import this module
+    from judge.trajectories.importers import load_trajectories  # local: adapters import this module
 
     if isinstance(paths, (str, Path)):
         paths = [paths]

@@ -10,27 +10,27 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from judge.server.app import create_app
-    from judge.server.settings import ServerSettings
-    from judge.server.store import MemoryStore, RedisStore, SessionStore
+    from judge.service.app import create_app
+    from judge.service.settings import ServerSettings
+    from judge.service.store import MemoryStore, RedisStore, SessionStore
 
 __all__ = ["MemoryStore", "RedisStore", "ServerSettings", "SessionStore", "create_app"]
 
 _HOMES = {
-    "create_app": "judge.server.app",
-    "ServerSettings": "judge.server.settings",
-    "MemoryStore": "judge.server.store",
-    "RedisStore": "judge.server.store",
-    "SessionStore": "judge.server.store",
+    "create_app": "judge.service.app",
+    "ServerSettings": "judge.service.settings",
+    "MemoryStore": "judge.service.store",
+    "RedisStore": "judge.service.store",
+    "SessionStore": "judge.service.store",
 }
 
 
 def __getattr__(name: str) -> Any:
-    # Lazy re-exports (anyio's pattern): `from judge.server import create_app` works without
+    # Lazy re-exports (anyio's pattern): `from judge.service import create_app` works without
     # importing FastAPI for someone who only wants the settings.
     home = _HOMES.get(name)
     if home is None:
-        raise AttributeError(f"module 'judge.server' has no attribute {name!r}")
+        raise AttributeError(f"module 'judge.service' has no attribute {name!r}")
     import importlib
 
     return getattr(importlib.import_module(home), name)

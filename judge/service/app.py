@@ -24,9 +24,9 @@ from pydantic import BaseModel, ConfigDict, Field
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from judge.errors import HistoryError
-from judge.server.metrics import CONTENT_TYPE, Metrics
-from judge.server.settings import DEFAULT_HOST, ServerSettings
-from judge.server.store import (
+from judge.service.metrics import CONTENT_TYPE, Metrics
+from judge.service.settings import DEFAULT_HOST, ServerSettings
+from judge.service.store import (
     SessionBusy,
     SessionLockLost,
     SessionStore,
@@ -327,7 +327,7 @@ def create_app(
 
 def openapi_schema() -> dict[str, Any]:
     """The API's schema, independent of settings (what `OPENAPI_FILE` holds)."""
-    from judge.server.store import MemoryStore
+    from judge.service.store import MemoryStore
 
     return create_app(ServerSettings(host=DEFAULT_HOST), MemoryStore()).openapi()
 

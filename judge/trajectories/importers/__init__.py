@@ -22,9 +22,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from judge.adapters import atif, openai_chat, recorded, swe_agent
-from judge.adapters._common import read_json_or_jsonl
-from judge.dataset import Trajectory, TrajectoryFormatError
+from judge.trajectories.dataset import Trajectory, TrajectoryFormatError
+from judge.trajectories.importers import atif, openai_chat, recorded, swe_agent
+from judge.trajectories.importers._common import read_json_or_jsonl
 
 __all__ = ["FORMATS", "detect_format", "load_trajectories", "load_trajectory"]
 

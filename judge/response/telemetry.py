@@ -22,7 +22,7 @@ from typing import Any
 
 from judge.verdict import JudgeCall, Verdict
 
-logger = logging.getLogger("judge.telemetry")
+logger = logging.getLogger("judge.response.telemetry")
 
 INSTRUMENTATION_NAME = "loop-judge"
 CHECK_SPAN = "loop_judge.check"

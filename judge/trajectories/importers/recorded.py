@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from judge.dataset import Trajectory, TrajectoryFormatError, make_trajectory
+from judge.trajectories.dataset import Trajectory, TrajectoryFormatError, make_trajectory
 
 FORMAT = "recorded"
 _REQUIRED = ("id", "source", "messages")

@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from judge.dataset import TrajectoryFormatError
+from judge.trajectories.dataset import TrajectoryFormatError
 
 #: Marker for a JSONL file: the parsed records, one per non-blank line.
 JsonLines = list[tuple[int, Any]]
