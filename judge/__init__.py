@@ -2,12 +2,18 @@
 
 Importing this package is cheap and makes no network call: litellm is imported only when
 the first judge check runs.
+
+The seams a user needs are public here: `LLMClient` and `ModelReply` (bring your own judge
+client, or a test double; `judge.testing.ScriptedJudge` is one), `Detector` and `Finding`
+(write a detector; its ``STATE`` names the attributes a saved `TrackerState` keeps), and
+every error under `LoopJudgeError`.
 """
 
 from judge.config import TrackerConfig
 from judge.detectors.base import Detector, Finding
 from judge.errors import (
     ConfigError,
+    EmbeddingsUnavailable,
     HistoryError,
     JudgeConnectionError,
     JudgeError,
@@ -16,11 +22,15 @@ from judge.errors import (
     JudgeRateLimited,
     JudgeTimeout,
     LoopJudgeError,
+    StateError,
+    TrajectoryFormatError,
 )
+from judge.llm._litellm import LLMClient, ModelReply
 from judge.response.ladder import LadderState, OverrideRecord, ResponseMode
 from judge.response.memory import LoopMemory
 from judge.response.stats import TrackerStats
 from judge.response.telemetry import Telemetry
+from judge.state import TrackerState
 from judge.tracker import LoopTracker
 from judge.verdict import Action, JudgeCall, JudgeStage, LoopKind, Verdict
 
@@ -28,6 +38,7 @@ __all__ = [
     "Action",
     "ConfigError",
     "Detector",
+    "EmbeddingsUnavailable",
     "Finding",
     "HistoryError",
     "JudgeCall",
@@ -38,16 +49,21 @@ __all__ = [
     "JudgeRateLimited",
     "JudgeStage",
     "JudgeTimeout",
+    "LLMClient",
     "LadderState",
     "LoopJudgeError",
     "LoopKind",
     "LoopMemory",
     "LoopTracker",
+    "ModelReply",
     "OverrideRecord",
     "ResponseMode",
+    "StateError",
     "Telemetry",
     "TrackerConfig",
+    "TrackerState",
     "TrackerStats",
+    "TrajectoryFormatError",
     "Verdict",
 ]
 

@@ -15,6 +15,7 @@ from typing import Any
 
 from judge.detectors.outcome import Outcome
 from judge.detectors.steps import Step
+from judge.errors import StateError
 from judge.history import Message, ToolCall
 from judge.verdict import LoopKind
 
@@ -32,10 +33,6 @@ def _finding_type() -> type:
     from judge.detectors.base import Finding
 
     return Finding
-
-
-class StateError(ValueError):
-    """Serialized state that cannot be read back (wrong version, tampered, truncated)."""
 
 
 class StepPool:

@@ -6,7 +6,10 @@ never crash the agent that embeds us::
 
     LoopJudgeError
     +-- ConfigError            bad configuration (names the environment variable)
+    |   +-- EmbeddingsUnavailable  semantic="on" without the `semantic` extra installed
     +-- HistoryError           malformed conversation (names the message index and field)
+    +-- StateError             a saved tracker state that cannot be read back
+    +-- TrajectoryFormatError  a recorded trajectory file that cannot be read
     +-- JudgeError             the judge model failed; caught by the tracker
         +-- JudgeTimeout           no answer within timeout_s
         +-- JudgeConnectionError   the endpoint could not be reached
@@ -42,6 +45,29 @@ class HistoryError(LoopJudgeError, ValueError):
         self.index = index
         self.field = field
         self.reason = message
+
+
+class EmbeddingsUnavailable(ConfigError, RuntimeError):
+    """The semantic detector was asked for, but its extra is not installed; the message
+    says how to install it. (Also a RuntimeError, as it was before it joined the tree.)"""
+
+
+class StateError(LoopJudgeError, ValueError):
+    """A saved state that cannot be read back: another version, tampered or truncated, or
+    saved with another configuration. A server starts that session over."""
+
+
+class TrajectoryFormatError(LoopJudgeError, ValueError):
+    """A trajectory file could not be read; ``str()`` is ``"<path>: <reason>"``.
+
+    ``path`` and ``reason`` stay available separately for reports such as the dataset's
+    import problems; callers that only know the stdlib still catch it as ValueError.
+    """
+
+    def __init__(self, path: object, reason: str) -> None:
+        self.path = str(path)
+        self.reason = reason
+        super().__init__(f"{self.path}: {reason}")
 
 
 class JudgeError(LoopJudgeError):

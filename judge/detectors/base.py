@@ -45,7 +45,15 @@ class Finding:
 @runtime_checkable
 class Detector(Protocol):
     """``name`` keys its findings and saved state. A detector may also set
-    ``reads_messages = False`` to be given call steps only (the default is both)."""
+    ``reads_messages = False`` to be given call steps only (the default is both).
+
+    State contract: a detector whose memory must survive ``LoopTracker.state`` /
+    ``from_state`` declares ``STATE``, the names of the attributes that hold it (scalars,
+    tuples, deques, dicts, `Message`, `Step` and `Finding` values round-trip exactly). A
+    detector without ``STATE`` works, but saving the tracker raises `judge.StateError`
+    naming it. Each `Finding` cites the newest message it rests on in ``evidence``: a
+    finding that cites only messages a loop verdict already answered never flags again.
+    """
 
     name: str
 

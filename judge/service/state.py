@@ -10,16 +10,16 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from judge._codec import StateError
 from judge.config import TrackerConfig
-from judge.errors import LoopJudgeError
+from judge.errors import StateError
 from judge.llm._litellm import LLMClient
 from judge.state import TrackerState
 from judge.tracker import LoopTracker
 
 
-class StateFormatError(LoopJudgeError, ValueError):
-    """Stored session bytes that are not readable tracker state."""
+class StateFormatError(StateError):
+    """Stored session bytes that are not readable tracker state (a `StateError`, so one
+    ``except StateError`` covers a state from the store and one handed in directly)."""
 
 
 def new_tracker(config: TrackerConfig, client: LLMClient | None = None) -> LoopTracker:

@@ -22,6 +22,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from judge.errors import TrajectoryFormatError
+
 __all__ = [
     "KINDS",
     "ROLES",
@@ -54,20 +56,6 @@ ROLES: frozenset[str] = frozenset({"system", "developer", "user", "assistant", "
 TRAJECTORY_SUFFIXES: tuple[str, ...] = (".json", ".jsonl", ".traj")
 
 Confidence = Literal["high", "medium", "low"]
-
-
-class TrajectoryFormatError(ValueError):
-    """A trajectory file could not be read; ``str()`` is ``"<path>: <reason>"``.
-
-    It subclasses :class:`ValueError` so callers that only know the stdlib still catch it;
-    ``path`` and ``reason`` stay available separately for reports such as
-    :class:`ImportProblem`.
-    """
-
-    def __init__(self, path: str | Path, reason: str) -> None:
-        self.path = str(path)
-        self.reason = reason
-        super().__init__(f"{self.path}: {reason}")
 
 
 @dataclass(frozen=True)

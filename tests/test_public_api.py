@@ -1,0 +1,89 @@
+"""The seams users build on are public, documented and inside the error tree."""
+
+from __future__ import annotations
+
+import inspect
+from typing import Any
+
+import pytest
+
+import judge
+from judge import LoopJudgeError, LoopTracker, StateError, TrackerConfig
+from judge.testing import ScriptedJudge
+
+
+def test_every_public_error_is_a_loop_judge_error() -> None:
+    errors = [
+        obj
+        for name in judge.__all__
+        if inspect.isclass(obj := getattr(judge, name)) and issubclass(obj, Exception)
+    ]
+    assert judge.StateError in errors and judge.TrajectoryFormatError in errors
+    assert all(issubclass(e, LoopJudgeError) for e in errors)
+
+
+def test_public_names_say_judge_not_a_private_module() -> None:
+    for name in judge.__all__:
+        assert getattr(judge, name).__module__ == "judge", name
+
+
+def test_a_test_double_needs_no_private_import() -> None:
+    """A client written against the public protocol drives the judge path."""
+
+    class Always:
+        def __init__(self) -> None:
+            self.calls = 0
+
+        async def complete(
+            self, model: str, messages: list[dict[str, str]], *, schema: dict[str, Any]
+        ) -> judge.ModelReply:
+            self.calls += 1
+            return judge.ModelReply(
+                content='{"unproductive_state_analysis": "fine", '
+                '"unproductive_state_confidence": 0.1}',
+                finish_reason="stop",
+                prompt_tokens=10,
+                completion_tokens=5,
+                cost_usd=None,
+                attempts=1,
+            )
+
+    client = Always()
+    assert isinstance(client, judge.LLMClient)
+    tracker = LoopTracker(
+        TrackerConfig(
+            semantic="off", fast_model="mine/fast", check_after_turns=1, initial_interval=1
+        ),
+        client=client,
+    )
+    import anyio
+
+    history = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}]
+    verdict = anyio.run(tracker.turn_started, history)
+    assert client.calls == 1 and not verdict and verdict.judge_calls
+
+
+def test_a_detector_without_a_state_contract_fails_saving_with_a_public_error() -> None:
+    class Stateless:
+        name = "stateless"
+
+        def observe(self, event: Any) -> None:
+            return None
+
+        def reset(self) -> None:
+            return None
+
+    tracker = LoopTracker(TrackerConfig(semantic="off"), detectors=[Stateless()])
+    with pytest.raises(StateError, match="stateless"):
+        _ = tracker.state
+
+
+def test_an_unreadable_state_is_a_public_state_error() -> None:
+    saved = LoopTracker(TrackerConfig(semantic="off")).state.model_dump()
+    saved["version"] = 999
+    with pytest.raises(LoopJudgeError, match="version"):
+        LoopTracker.from_state(TrackerConfig(semantic="off"), saved)
+
+
+def test_the_scripted_judge_is_a_client() -> None:
+    assert isinstance(ScriptedJudge(lambda request: 0.1), judge.LLMClient)
