@@ -1,4 +1,5 @@
-"""Test doubles for code that uses loop-judge: a judge model that answers from a script.
+"""Test doubles for code that uses loop-judge: a judge model that answers from a script, and
+a conversation builder that drives the tracker the way an agent does (`AgentHistory`).
 
 Testing an agent's loop handling against a real judge model is slow, costs money and is
 not repeatable; testing it with no judge at all leaves the judge path (schedule, confirm
@@ -30,6 +31,7 @@ from judge.llm.assessment import ANALYSIS_KEY, CONFIDENCE_KEY
 __all__ = [
     "SCRIPTED_CONFIRM_MODEL",
     "SCRIPTED_FAST_MODEL",
+    "AgentHistory",
     "Answer",
     "JudgeRequest",
     "ScriptedCall",
@@ -200,3 +202,96 @@ class ScriptedJudge:
             cost_usd=0.0,
             attempts=1,
         )
+
+
+class AgentHistory:
+    """A conversation grown the way an agent grows it, for testing loop handling.
+
+    Each helper appends what an agent's loop would append; `turn` asks the tracker the way
+    an agent must (``turn_started`` before the next model call) and, on a loop verdict,
+    appends its recovery message as a user message, as the README shows. ``fmt`` picks the
+    wire format: ``"openai"`` (``tool_calls`` and ``tool`` messages) or ``"anthropic"``
+    (``tool_use`` / ``tool_result`` content blocks).
+
+        history = AgentHistory(tracker, task="Where is my order?")
+        for _ in range(4):
+            history.call("get_order", {"id": "7"}, "shipped")
+            verdict = await history.turn()
+    """
+
+    def __init__(
+        self,
+        tracker: Any,
+        *,
+        task: str = "Where is my order?",
+        system: str = "You are a helpful agent.",
+        fmt: str = "openai",
+    ) -> None:
+        if fmt not in ("openai", "anthropic"):
+            raise ValueError(f"fmt must be 'openai' or 'anthropic', got {fmt!r}")
+        self.tracker = tracker
+        self.fmt = fmt
+        self.messages: list[dict[str, Any]] = [
+            {"role": "system", "content": system},
+            {"role": "user", "content": task},
+        ]
+        self.verdicts: list[Any] = []
+        self._calls = 0
+
+    def _call_id(self) -> str:
+        self._calls += 1
+        return f"call_{self._calls}"
+
+    def call(
+        self, name: str, arguments: dict[str, Any], result: str, *, is_error: bool = False
+    ) -> None:
+        """One assistant tool call and its result."""
+        call_id = self._call_id()
+        if self.fmt == "anthropic":
+            self.messages.append(
+                {
+                    "role": "assistant",
+                    "content": [
+                        {"type": "tool_use", "id": call_id, "name": name, "input": arguments}
+                    ],
+                }
+            )
+            block: dict[str, Any] = {
+                "type": "tool_result",
+                "tool_use_id": call_id,
+                "content": result,
+            }
+            if is_error:
+                block["is_error"] = True
+            self.messages.append({"role": "user", "content": [block]})
+            return
+        self.messages.append(
+            {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [
+                    {
+                        "id": call_id,
+                        "type": "function",
+                        "function": {"name": name, "arguments": json.dumps(arguments)},
+                    }
+                ],
+            }
+        )
+        self.messages.append({"role": "tool", "tool_call_id": call_id, "content": result})
+
+    def say(self, text: str) -> None:
+        """An assistant message without a call."""
+        self.messages.append({"role": "assistant", "content": text})
+
+    def user(self, text: str) -> None:
+        """A user (or harness) message."""
+        self.messages.append({"role": "user", "content": text})
+
+    async def turn(self) -> Any:
+        """``turn_started``, then what an agent does with a loop verdict."""
+        verdict = await self.tracker.turn_started(self.messages)
+        self.verdicts.append(verdict)
+        if verdict:
+            self.user(verdict.recovery_message)
+        return verdict

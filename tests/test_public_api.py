@@ -87,3 +87,32 @@ def test_an_unreadable_state_is_a_public_state_error() -> None:
 
 def test_the_scripted_judge_is_a_client() -> None:
     assert isinstance(ScriptedJudge(lambda request: 0.1), judge.LLMClient)
+
+
+@pytest.mark.parametrize("fmt", ["openai", "anthropic"])
+def test_agent_history_drives_the_live_loop(fmt: str) -> None:
+    """The testing builder: a loop flagged, its recovery message appended, the agent obeys."""
+    import anyio
+
+    from judge.testing import AgentHistory
+
+    async def run() -> AgentHistory:
+        history = AgentHistory(LoopTracker(TrackerConfig(semantic="off")), fmt=fmt)
+        for _ in range(4):
+            history.call("testTool", {"customer": "42"}, "order 7: shipped")
+            await history.turn()
+        history.say("Order 7 has shipped.")
+        await history.turn()
+        return history
+
+    history = anyio.run(run)
+    flagged = [v for v in history.verdicts if v]
+    assert len(flagged) == 1 and not history.verdicts[-1]
+    assert history.messages[-2]["content"] == flagged[0].recovery_message
+
+
+def test_agent_history_rejects_an_unknown_format() -> None:
+    from judge.testing import AgentHistory
+
+    with pytest.raises(ValueError, match="fmt"):
+        AgentHistory(None, fmt="gemini")
