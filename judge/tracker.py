@@ -299,7 +299,7 @@ class LoopTracker:
             self._schedule.tick()
             self._responder.begin_turn()
             self._stream.reset()
-            found = self._responder.adjust(self._suite.assess())
+            found = self._responder.decide(self._suite.findings())
             if found.loop is not None:
                 self._answered()
                 return self._heuristic_verdict(found.loop)

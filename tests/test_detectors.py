@@ -446,7 +446,8 @@ def test_ttl_expires_old_calls() -> None:
     from judge.history import normalize_history
 
     now = [0.0]
-    suite = DetectorSuite(TrackerConfig(ttl_seconds=60), clock=lambda: now[0])
+    config = TrackerConfig(ttl_seconds=60)
+    suite = DetectorSuite(config, clock=lambda: now[0])
     agent = Agent()
     for _ in range(3):
         agent.call("write_file", {"path": "a"}, "File written.")
@@ -454,7 +455,7 @@ def test_ttl_expires_old_calls() -> None:
         if msg.role == "tool":
             now[0] += 120  # two minutes between calls: each starts afresh
         suite.feed(msg)
-    assert suite.assess().loop is None
+    assert combine(suite.findings(), config.detector_weights).loop is None
 
 
 # -- properties ------------------------------------------------------------------------------

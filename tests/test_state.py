@@ -47,7 +47,7 @@ def test_suite_state_round_trips_at_every_message() -> None:
         blob = json.dumps(restored.state())
         restored = DetectorSuite(config)
         restored.load_state(json.loads(blob))
-        assert restored.assess() == live.assess()
+        assert restored.findings() == live.findings()
         mine, theirs = restored.state(), live.state()
         mine.pop("last_step_at"), theirs.pop("last_step_at")  # wall-clock stamps differ
         assert mine == theirs
@@ -64,7 +64,7 @@ def test_suite_state_round_trips_on_recorded_runs() -> None:
             again = DetectorSuite(config)
             again.load_state(json.loads(json.dumps(restored.state())))
             restored = again
-        assert restored.assess() == live.assess()
+        assert restored.findings() == live.findings()
 
 
 def test_state_of_another_configuration_is_refused() -> None:

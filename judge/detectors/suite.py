@@ -152,8 +152,10 @@ class DetectorSuite:
             self._expire()
             self._observe(step, self.detectors)
 
-    def assess(self) -> Assessment:
-        return combine(list(self._findings.values()), self.config.detector_weights)
+    def findings(self) -> list[Finding]:
+        """What each detector currently suspects (at most one finding per detector). Whether
+        that is a loop is decided in one place: `judge.response.responder.Responder.decide`."""
+        return list(self._findings.values())
 
     def state(self) -> dict[str, Any]:
         """Everything the detectors remember, as JSON-able data (see judge._codec)."""

@@ -13,7 +13,7 @@ import inspect
 import logging
 import sqlite3
 from collections import Counter
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import Any, TypeAlias
 
 from judge.config import TrackerConfig
@@ -108,28 +108,23 @@ class Responder:
         self.stats.turns += 1
         self._shown_suspicion = 0.0
 
-    def adjust(self, found: Assessment) -> Assessment:
-        """The detectors' assessment after overrides, answered evidence and memory.
+    def decide(self, findings: Sequence[Finding]) -> Assessment:
+        """Is this a loop? The one place that answers, from the detectors' current findings.
 
         A silenced pattern neither flags nor brings the judge forward, but its score still
         shows as the verdict's suspicion. A finding that cites only evidence a loop verdict
         already answered (`Ladder.stale`) is dropped the same way: the agent was told, and
         it must do the thing again before it is flagged again. A pattern the memory knows
         has its sub-threshold score raised to the suspicion cap (an early judge check), or
-        with ``memory_lowers_threshold`` flags one repeat early.
+        with ``memory_lowers_threshold`` flags one repeat early. What is left is combined by
+        `combine` (one detector at its threshold, two strong signals, or enough weight).
         """
-        self._shown_suspicion = found.suspicion
-        changed = False
-        active: list[Finding] = []
-        for finding in found.findings:
-            if self.ladder.silenced(finding.pattern) or self.ladder.stale(finding.evidence):
-                changed = True
-                continue
-            boosted = self._boost(finding)
-            changed = changed or boosted is not finding
-            active.append(boosted)
-        if not changed:
-            return found
+        self._shown_suspicion = max((f.score for f in findings), default=0.0)
+        active = [
+            self._boost(finding)
+            for finding in findings
+            if not (self.ladder.silenced(finding.pattern) or self.ladder.stale(finding.evidence))
+        ]
         return combine(active, self.config.detector_weights)
 
     def _boost(self, finding: Finding) -> Finding:
