@@ -18,11 +18,10 @@ import anyio
 from judge._codec import StateError, decode, dump_attrs, encode, load_attrs
 from judge.config import TrackerConfig
 from judge.detectors.base import Detector, Finding
-from judge.detectors.exact_repeat import ExactRepeatDetector
 from judge.detectors.stream import StreamMonitor
-from judge.detectors.suite import Assessment, DetectorSuite
+from judge.detectors.suite import SINGLE_SCORE, Assessment, DetectorSuite
 from judge.errors import HistoryError
-from judge.history import HistoryCursor, Message, canonical_arguments, message_digest
+from judge.history import HistoryCursor, Message, ToolCall, canonical_arguments, message_digest
 from judge.llm._litellm import LiteLLMClient, LLMClient, Sleep
 from judge.llm.breaker import CircuitBreaker, Clock, skip_message
 from judge.llm.budget import JudgeBudget
@@ -443,19 +442,14 @@ class LoopTracker:
         """
         if not isinstance(name, str) or not name:
             raise HistoryError("tool name must be a non-empty string", field="name")
-        canonical, _ = canonical_arguments("{}" if arguments is None else arguments)
-        detector = self._suite.detector("exact_repeat")
-        if not isinstance(detector, ExactRepeatDetector):
-            return Verdict(turn=self.turn)
-        signature, count, failing = detector.run
-        if signature != f"{name}({canonical})":
-            return Verdict(turn=self.turn)
-        limit = detector.limit(name, failing)
-        if count + 1 <= limit:
-            return Verdict(turn=self.turn, suspicion=0.5 if count + 1 == limit else 0.0)
+        canonical, parsed = canonical_arguments("{}" if arguments is None else arguments)
+        call = ToolCall(id=None, name=name, arguments=canonical, canonical=canonical, parsed=parsed)
+        findings = self._suite.preflight(call)
+        loop = next((f for f in findings if f.score >= SINGLE_SCORE), None)
+        if loop is None:
+            return Verdict(turn=self.turn, suspicion=max((f.score for f in findings), default=0.0))
         # The same verdict path as a turn's: an overridden pattern is not a loop here.
-        finding = detector.preflight_finding(count + 1)
-        return self._responder.preview_verdict(finding, turn=self.turn)
+        return self._responder.preview_verdict(loop, turn=self.turn)
 
     def content_chunk(self, text: str) -> Verdict | None:
         """Feed streamed assistant text; a verdict when the response repeats itself.

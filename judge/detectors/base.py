@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
 from judge.detectors.steps import Step
-from judge.history import Message
+from judge.history import Message, ToolCall
 from judge.verdict import LoopKind
 
 Event = Message | Step
@@ -63,6 +63,16 @@ class Detector(Protocol):
 
     def reset(self) -> None:
         """Forget everything (rewritten history, explicit reset)."""
+        ...
+
+
+@runtime_checkable
+class Preflight(Protocol):
+    """A detector that can say, before a call is run, what the call would bring: used by
+    ``LoopTracker.check_call`` so an agent can refuse a looping call. Optional."""
+
+    def preflight(self, call: ToolCall) -> Finding | None:
+        """The finding ``call`` would produce if it were the next step; changes nothing."""
         ...
 
 

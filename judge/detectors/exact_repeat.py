@@ -2,12 +2,22 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections import deque
 from collections.abc import Callable
 
-from judge.detectors.base import LOOP_SCORE, Event, Finding, describe_call, near_miss, short
+from judge.detectors.base import (
+    LOOP_SCORE,
+    SUSPICION_CAP,
+    Event,
+    Finding,
+    describe_call,
+    near_miss,
+    short,
+)
 from judge.detectors.steps import Step
 from judge.detectors.tool_classes import UNLIMITED
+from judge.history import ToolCall
 from judge.verdict import LoopKind
 
 # Evidence kept per run: enough to cite the loop, bounded whatever its length.
@@ -63,11 +73,6 @@ class ExactRepeatDetector:
         self._last: Step | None = None
         self._current: Finding | None = None
         self._recent.clear()
-
-    @property
-    def run(self) -> tuple[str | None, int, bool]:
-        """(signature, length, all failed) of the current run, for preflight checks."""
-        return self._signature, self._count, self._all_failed
 
     def limit(self, name: str, failing: bool) -> int:
         """Identical calls allowed in a row (UNLIMITED: any number)."""
@@ -136,16 +141,25 @@ class ExactRepeatDetector:
             },
         )
 
-    def preflight_finding(self, count: int) -> Finding:
-        """The finding the run would produce with ``count`` calls (for check_call)."""
+    def preflight(self, call: ToolCall) -> Finding | None:
+        """What ``call``, made next, would bring (`judge.detectors.base.Preflight`): the
+        same call extends the run as if its result repeats. Under the limit nothing; at the
+        limit a suspicion; past it the loop finding itself."""
+        if call.signature != self._signature:
+            return None
+        count = self._count + 1
+        limit = self.limit(call.name, self._all_failed)
+        if count < limit:
+            return None
         saved = self._count
         self._count = count
         try:
             finding = self._assess()
         finally:
             self._count = saved
-        assert finding is not None
-        return finding
+        if finding is None:
+            return None
+        return finding if count > limit else dataclasses.replace(finding, score=SUSPICION_CAP)
 
     def _assess(self) -> Finding | None:
         step = self._last

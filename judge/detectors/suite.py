@@ -10,7 +10,7 @@ from typing import Any
 
 from judge._codec import StateError, StepPool, decode, dump_attrs, encode, load_attrs
 from judge.config import TrackerConfig
-from judge.detectors.base import Detector, Event, Finding
+from judge.detectors.base import Detector, Event, Finding, Preflight
 from judge.detectors.cycle import CycleDetector
 from judge.detectors.exact_repeat import ExactRepeatDetector
 from judge.detectors.no_effect import NoEffectDetector
@@ -22,7 +22,7 @@ from judge.detectors.similar_retry import SimilarRetryDetector
 from judge.detectors.steps import StepBuilder
 from judge.detectors.text_repetition import TextRepetitionDetector
 from judge.detectors.tool_classes import ToolClass, repeat_limit
-from judge.history import Message
+from judge.history import Message, ToolCall
 
 # Tool names whose repeat limit is remembered; agents use a few dozen tools at most.
 LIMITS_CACHED = 1024
@@ -151,6 +151,11 @@ class DetectorSuite:
         for step in self._steps.feed(msg):
             self._expire()
             self._observe(step, self.detectors)
+
+    def preflight(self, call: ToolCall) -> list[Finding]:
+        """What each detector that can tell (`Preflight`) says ``call`` would bring."""
+        found = (d.preflight(call) for d in self.detectors if isinstance(d, Preflight))
+        return [f for f in found if f is not None]
 
     def findings(self) -> list[Finding]:
         """What each detector currently suspects (at most one finding per detector). Whether
