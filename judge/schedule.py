@@ -9,6 +9,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 from decimal import ROUND_HALF_UP, Decimal
 
+from pydantic import BaseModel
+
+
+class ScheduleState(BaseModel):
+    """The schedule in a saved tracker state."""
+
+    turn: int = 0
+    last_check_turn: int = 0
+    check_interval: int = 0
+
 
 def adapted_interval(confidence: float, min_interval: int, max_interval: int) -> int:
     """``min + (max - min) * (1 - confidence)``, rounded half up.
@@ -37,6 +47,18 @@ class Schedule:
     def __post_init__(self) -> None:
         if self.check_interval == 0:
             self.check_interval = self.initial_interval
+
+    def snapshot(self) -> ScheduleState:
+        return ScheduleState(
+            turn=self.turn,
+            last_check_turn=self.last_check_turn,
+            check_interval=self.check_interval,
+        )
+
+    def restore(self, state: ScheduleState) -> None:
+        self.turn = state.turn
+        self.last_check_turn = state.last_check_turn
+        self.check_interval = state.check_interval
 
     def reset(self) -> None:
         self.turn = 0

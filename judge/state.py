@@ -13,8 +13,10 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from judge.llm.breaker import BreakerSnapshot
 from judge.response.ladder import LadderState
 from judge.response.stats import TrackerStats
+from judge.schedule import ScheduleState
 
 # 2: the ladder remembers the evidence it answered; tool results carry their error flag;
 # detectors keep fence, run and failure-run state (the live-loop fixes). A state of another
@@ -22,19 +24,7 @@ from judge.response.stats import TrackerStats
 STATE_VERSION = 2
 
 
-class ScheduleState(BaseModel):
-    turn: int = 0
-    last_check_turn: int = 0
-    check_interval: int = 0
-
-
-class BreakerSnapshot(BaseModel):
-    """The circuit breaker, with the cool-down as time left: monotonic clocks of two
-    processes cannot be compared."""
-
-    failures: int = 0
-    state: str = "closed"
-    cooldown_left_s: float | None = None
+__all__ = ["STATE_VERSION", "BreakerSnapshot", "ScheduleState", "TrackerState"]
 
 
 class TrackerState(BaseModel):

@@ -15,7 +15,7 @@ from typing import Any
 
 import anyio
 
-from judge._codec import StateError, decode, dump_attrs, encode, load_attrs
+from judge._codec import StateError, decode, encode
 from judge.config import TrackerConfig
 from judge.detectors.base import Detector, Finding
 from judge.detectors.stream import StreamMonitor
@@ -33,7 +33,7 @@ from judge.response.responder import LoopCallback, Responder
 from judge.response.stats import TrackerStats
 from judge.response.telemetry import Telemetry
 from judge.schedule import Schedule
-from judge.state import STATE_VERSION, BreakerSnapshot, ScheduleState, TrackerState
+from judge.state import STATE_VERSION, TrackerState
 from judge.user_turns import UserMessageKind, classify_user, digest
 from judge.verdict import Verdict
 
@@ -197,26 +197,23 @@ class LoopTracker:
         and the known-loop memory (a file of its own).
         """
         seen, last = self._cursor.snapshot()
-        failures, breaker_state, left = self._breaker.snapshot()
+        ladder, stats = self._responder.snapshot()
+        calls_used, tokens_used = self._budget.snapshot()
         return TrackerState(
             version=STATE_VERSION,
-            schedule=ScheduleState(
-                turn=self._schedule.turn,
-                last_check_turn=self._schedule.last_check_turn,
-                check_interval=self._schedule.check_interval,
-            ),
+            schedule=self._schedule.snapshot(),
             seen=seen,
             last_message=encode(last),
             recent=encode(self._recent),
             task=encode(self._task),
             user_seen=sorted(self._user_seen),
-            detectors=self._suite.state(),
-            stream=dump_attrs(self._stream, StreamMonitor.STATE),
-            ladder=self.ladder_state,
-            stats=self.stats,
-            breaker=BreakerSnapshot(failures=failures, state=breaker_state, cooldown_left_s=left),
-            judge_calls_used=self._budget.calls_used,
-            judge_tokens_used=self._budget.tokens_used,
+            detectors=self._suite.snapshot(),
+            stream=self._stream.snapshot(),
+            ladder=ladder,
+            stats=stats,
+            breaker=self._breaker.snapshot(),
+            judge_calls_used=calls_used,
+            judge_tokens_used=tokens_used,
         )
 
     @classmethod
@@ -251,23 +248,19 @@ class LoopTracker:
         return tracker
 
     def _load(self, state: TrackerState) -> None:
-        self._schedule.turn = state.schedule.turn
-        self._schedule.last_check_turn = state.schedule.last_check_turn
-        self._schedule.check_interval = state.schedule.check_interval
+        # Each part restores its own snapshot; the conversation (cursor, recent messages,
+        # task, user messages seen) is the tracker's own.
+        self._schedule.restore(state.schedule)
         self._cursor.restore(state.seen, decode(state.last_message))
         recent = decode(state.recent)
         self._recent = deque(recent or (), maxlen=self._recent.maxlen)
         self._task = decode(state.task)
         self._user_seen = set(state.user_seen)
-        self._suite.load_state(state.detectors)
-        load_attrs(self._stream, StreamMonitor.STATE, state.stream)
-        self._responder.load_state(state.ladder)
-        self._responder.stats = state.stats.model_copy(deep=True)
-        self._breaker.restore(
-            state.breaker.failures, state.breaker.state, state.breaker.cooldown_left_s
-        )
-        self._budget.calls_used = state.judge_calls_used
-        self._budget.tokens_used = state.judge_tokens_used
+        self._suite.restore(state.detectors)
+        self._stream.restore(state.stream)
+        self._responder.restore(state.ladder, state.stats)
+        self._breaker.restore(state.breaker)
+        self._budget.restore(state.judge_calls_used, state.judge_tokens_used)
 
     def reset(self) -> None:
         """Forget the conversation: turn count, schedule, detector state, escalation."""

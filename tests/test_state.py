@@ -44,11 +44,11 @@ def test_suite_state_round_trips_at_every_message() -> None:
     for msg in messages:
         live.feed(msg)
         restored.feed(msg)
-        blob = json.dumps(restored.state())
+        blob = json.dumps(restored.snapshot())
         restored = DetectorSuite(config)
-        restored.load_state(json.loads(blob))
+        restored.restore(json.loads(blob))
         assert restored.findings() == live.findings()
-        mine, theirs = restored.state(), live.state()
+        mine, theirs = restored.snapshot(), live.snapshot()
         mine.pop("last_step_at"), theirs.pop("last_step_at")  # wall-clock stamps differ
         assert mine == theirs
 
@@ -62,16 +62,16 @@ def test_suite_state_round_trips_on_recorded_runs() -> None:
             live.feed(msg)
             restored.feed(msg)
             again = DetectorSuite(config)
-            again.load_state(json.loads(json.dumps(restored.state())))
+            again.restore(json.loads(json.dumps(restored.snapshot())))
             restored = again
         assert restored.findings() == live.findings()
 
 
 def test_state_of_another_configuration_is_refused() -> None:
-    saved = DetectorSuite(TrackerConfig(semantic="off")).state()
+    saved = DetectorSuite(TrackerConfig(semantic="off")).snapshot()
     del saved["detectors"]["cycle"]
     with pytest.raises(StateError, match="cycle"):
-        DetectorSuite(TrackerConfig(semantic="off")).load_state(saved)
+        DetectorSuite(TrackerConfig(semantic="off")).restore(saved)
 
 
 def _replay_with_restarts(messages: list[dict], config: TrackerConfig) -> tuple[list, list]:

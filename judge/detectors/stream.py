@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from typing import Any
+
+from judge._codec import dump_attrs, load_attrs
 from judge.detectors.base import LOOP_SCORE, Finding, short
 from judge.detectors.text_repetition import degenerate
 from judge.verdict import LoopKind
@@ -29,6 +32,12 @@ class StreamMonitor:
 
     def __init__(self) -> None:
         self.reset()
+
+    def snapshot(self) -> dict[str, Any]:
+        return dump_attrs(self, self.STATE)
+
+    def restore(self, data: dict[str, Any]) -> None:
+        load_attrs(self, self.STATE, data)
 
     def reset(self) -> None:
         self._text = ""

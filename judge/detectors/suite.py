@@ -162,7 +162,7 @@ class DetectorSuite:
         that is a loop is decided in one place: `judge.response.responder.Responder.decide`."""
         return list(self._findings.values())
 
-    def state(self) -> dict[str, Any]:
+    def snapshot(self) -> dict[str, Any]:
         """Everything the detectors remember, as JSON-able data (see judge._codec)."""
         pool = StepPool()
         detectors = {d.name: dump_attrs(d, _state_names(d), pool) for d in self.detectors}
@@ -174,7 +174,7 @@ class DetectorSuite:
             "detectors": detectors,
         }
 
-    def load_state(self, data: dict[str, Any]) -> None:
+    def restore(self, data: dict[str, Any]) -> None:
         try:
             load_attrs(self._steps, StepBuilder.STATE, data["steps"])
             self._findings = decode(data["findings"])

@@ -4,6 +4,13 @@ It imports litellm lazily in a worker thread (the import takes seconds and must 
 block the event loop nor delay cancellation), turns litellm's exceptions into our
 `JudgeError` family at one boundary, and retries transient failures with tenacity. litellm's
 and the provider SDK's own retries are switched off so attempts do not multiply.
+
+``ALLOW_MODEL_REQUESTS`` (as pydantic-ai's ``models.ALLOW_MODEL_REQUESTS``) is the one
+switch for real model requests: while it is ``False``, `LiteLLMClient.complete` raises
+`ModelRequestsDisabled` before litellm is imported or called, so no request can leave the
+process by accident. It is ``True`` by default; the test suite turns it off for every test
+(``tests/conftest.py``) and turns it back on only for the tests that talk to a local fake
+endpoint (``@pytest.mark.model_requests``).
 """
 
 from __future__ import annotations
@@ -15,7 +22,7 @@ import threading
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 import anyio
 from tenacity import (
@@ -71,6 +78,26 @@ _FORMAT_HINTS = ("response_format", "json_schema", "schema", "json_object")
 
 Sleep = Callable[[float], Awaitable[None]]
 
+# Set to False to refuse every real model request (tests do; see the module docstring).
+ALLOW_MODEL_REQUESTS = True
+
+
+class ModelRequestsDisabled(RuntimeError):
+    """A real model request was made while ``ALLOW_MODEL_REQUESTS`` is off.
+
+    Deliberately not a `JudgeError`: the tracker would fail open on one and hide the call.
+    """
+
+
+def check_model_requests_allowed(model: str) -> None:
+    """Raise `ModelRequestsDisabled` unless ``ALLOW_MODEL_REQUESTS`` is on."""
+    if not ALLOW_MODEL_REQUESTS:
+        raise ModelRequestsDisabled(
+            f"refusing a real request to model {model!r}: "
+            "judge.llm._litellm.ALLOW_MODEL_REQUESTS is False "
+            "(in tests, mark the test @pytest.mark.model_requests to allow it)"
+        )
+
 
 @dataclass(frozen=True, slots=True)
 class ModelReply:
@@ -84,6 +111,7 @@ class ModelReply:
     attempts: int
 
 
+@runtime_checkable
 class LLMClient(Protocol):
     """What the judge needs from a model endpoint; tests substitute their own."""
 
@@ -289,6 +317,7 @@ class LiteLLMClient:
     async def complete(
         self, model: str, messages: list[dict[str, str]], *, schema: dict[str, Any]
     ) -> ModelReply:
+        check_model_requests_allowed(model)  # before litellm is imported or called
         litellm = await load_litellm()
         attempts = 0
         # The whole call, retries and waits included, ends by this deadline; sleeps are

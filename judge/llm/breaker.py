@@ -14,6 +14,8 @@ from collections.abc import Callable
 from datetime import datetime, timedelta, timezone
 from enum import Enum
 
+from pydantic import BaseModel
+
 # Three failed checks in a row: one failure is a blip that the next scheduled check
 # (min_interval turns later) rides out, two may still be a short 5xx burst; a third means
 # the endpoint is down or misconfigured, as in tenacity's and most client breakers' defaults.
@@ -29,6 +31,15 @@ class BreakerState(str, Enum):
     CLOSED = "closed"
     OPEN = "open"
     HALF_OPEN = "half_open"
+
+
+class BreakerSnapshot(BaseModel):
+    """The circuit breaker, with the cool-down as time left: monotonic clocks of two
+    processes cannot be compared."""
+
+    failures: int = 0
+    state: str = "closed"
+    cooldown_left_s: float | None = None
 
 
 class CircuitBreaker:
@@ -91,18 +102,20 @@ class CircuitBreaker:
     def reset(self) -> None:
         self.record_success()
 
-    def snapshot(self) -> tuple[int, str, float | None]:
-        """(failures, state, cool-down seconds left) for a saved tracker state."""
+    def snapshot(self) -> BreakerSnapshot:
+        """The breaker for a saved tracker state, its cool-down as time left."""
         left = None
         if self._state is BreakerState.OPEN:
             left = max(self._opened_at + self.cooldown_s - self._clock(), 0.0)
-        return self._failures, self._state.value, left
+        return BreakerSnapshot(
+            failures=self._failures, state=self._state.value, cooldown_left_s=left
+        )
 
-    def restore(self, failures: int, state: str, cooldown_left_s: float | None) -> None:
-        self._failures = failures
-        self._state = BreakerState(state)
+    def restore(self, snapshot: BreakerSnapshot) -> None:
+        self._failures = snapshot.failures
+        self._state = BreakerState(snapshot.state)
         if self._state is BreakerState.OPEN:
-            self._opened_at = self._clock() - self.cooldown_s + (cooldown_left_s or 0.0)
+            self._opened_at = self._clock() - self.cooldown_s + (snapshot.cooldown_left_s or 0.0)
 
 
 def skip_message(seconds_left: float, failures: int, *, now: datetime | None = None) -> str:

@@ -38,6 +38,13 @@ class JudgeBudget:
     calls_used: int = 0
     tokens_used: int = 0
 
+    def snapshot(self) -> tuple[int, int]:
+        """(calls used, tokens used), for a saved tracker state."""
+        return self.calls_used, self.tokens_used
+
+    def restore(self, calls_used: int, tokens_used: int) -> None:
+        self.calls_used, self.tokens_used = calls_used, tokens_used
+
     def spent(self) -> str | None:
         """Why no further check may start, or None while there is budget left."""
         if self.max_calls is not None and self.calls_used >= self.max_calls:

@@ -278,6 +278,14 @@ class Responder:
     def load_state(self, state: LadderState) -> None:
         self.ladder.state = state.model_copy(deep=True)
 
+    def snapshot(self) -> tuple[LadderState, TrackerStats]:
+        """The ladder and the stats (copies), for a saved tracker state."""
+        return self.ladder.state.model_copy(deep=True), self.stats.model_copy(deep=True)
+
+    def restore(self, ladder: LadderState, stats: TrackerStats) -> None:
+        self.load_state(ladder)
+        self.stats = stats.model_copy(deep=True)
+
     async def _call_back(self, verdict: Verdict) -> Verdict:
         if self._on_loop is None:
             return verdict
