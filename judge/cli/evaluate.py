@@ -1,0 +1,276 @@
+"""``loop-judge eval``: replay labelled trajectories through the tracker and report.
+
+The command's flags and flow: plan the runs (`judge.cli.eval_plan`), replay every
+trajectory under each, print the tables and write report.json, report.md and report.png
+(judge.evaluation's `tables`, `report_files` and `chart`). ``--sweep`` scores a grid of
+heuristic settings instead; ``--closed-loop`` hands over to `judge.cli.eval_closed_loop`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import time
+from dataclasses import asdict
+from pathlib import Path
+
+import anyio
+from rich.console import Console
+
+from judge.cli.eval_closed_loop import run_closed_loop_eval
+from judge.cli.eval_plan import (
+    DEFAULT_DATA_DIR,
+    DEFAULT_OUT_DIR,
+    JUDGES,
+    MODES,
+    oracle_settings,
+    plan_runs,
+    resolve_paths,
+    select_subset,
+)
+from judge.cli.shared import EXIT_FAILED, UsageError, print_problems, progress_bar, rich_table
+from judge.config import TrackerConfig
+from judge.evaluation.chart import write_chart
+from judge.evaluation.oracle import (
+    DEFAULT_ERROR_RATE,
+    DEFAULT_NOISE,
+    DEFAULT_SEED,
+    PRICE_IN_PER_MTOK,
+    PRICE_OUT_PER_MTOK,
+)
+from judge.evaluation.replay import DEFAULT_CONCURRENCY, TrajectoryResult, replay_all
+from judge.evaluation.report_files import build_report, markdown_table, write_json, write_markdown
+from judge.evaluation.sweep import build_configs, parse_axis, run_sweep, settings_grid
+from judge.evaluation.tables import Run, main_tables, public_config, sweep_table, unlabelled_table
+from judge.trajectories.dataset import Trajectory, load_dataset
+
+__all__ = ["add_parser", "run"]
+
+
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    ev = sub.add_parser(
+        "eval",
+        help="replay labelled trajectories and report precision, recall, delay and cost",
+        description="Replay trajectories turn by turn through the tracker and score the first "
+        "flag of each against its labels. With no model configured this runs the heuristics "
+        "only, offline.",
+    )
+    ev.add_argument("paths", nargs="*", help=f"files or folders (default: ./{DEFAULT_DATA_DIR})")
+    ev.add_argument("--mode", choices=MODES, help="heuristics (default), judge or full")
+    ev.add_argument(
+        "--judge",
+        choices=JUDGES,
+        help="env: models from LOOP_JUDGE_* (default in judge mode); oracle: a simulated judge "
+        "answering from the labels, comparing the seed and gated schedules",
+    )
+    ev.add_argument(
+        "--out", default=str(DEFAULT_OUT_DIR), help="report folder (default: %(default)s)"
+    )
+    ev.add_argument(
+        "--subset", help="only the ids listed in NAME.txt next to the data (e.g. smoke)"
+    )
+    ev.add_argument(
+        "--concurrency",
+        type=int,
+        default=DEFAULT_CONCURRENCY,
+        help="trajectories replayed at once (default: %(default)s)",
+    )
+    ev.add_argument("--cassette", help="JSONL of judge replies: replayed, or written with --record")
+    ev.add_argument("--record", action="store_true", help="record judge replies into --cassette")
+    ev.add_argument(
+        "--oracle-noise",
+        type=float,
+        default=DEFAULT_NOISE,
+        help="std dev of the oracle's confidence noise (default: %(default)s)",
+    )
+    ev.add_argument(
+        "--oracle-error-rate",
+        type=float,
+        default=DEFAULT_ERROR_RATE,
+        help="share of oracle calls that time out (default: %(default)s)",
+    )
+    ev.add_argument(
+        "--oracle-seed",
+        type=int,
+        default=DEFAULT_SEED,
+        help="seed of the oracle's noise (default: %(default)s)",
+    )
+    ev.add_argument(
+        "--price-in",
+        type=float,
+        default=PRICE_IN_PER_MTOK,
+        help="oracle's US$ per million prompt tokens (default: %(default)s)",
+    )
+    ev.add_argument(
+        "--price-out",
+        type=float,
+        default=PRICE_OUT_PER_MTOK,
+        help="oracle's US$ per million completion tokens (default: %(default)s)",
+    )
+    ev.add_argument(
+        "--sweep",
+        action="append",
+        metavar="FIELD=V1,V2",
+        help="score every combination of these TrackerConfig values (repeatable)",
+    )
+    ev.add_argument("--no-chart", action="store_true", help="do not draw report.png")
+    ev.add_argument(
+        "--closed-loop",
+        action="store_true",
+        help="drive scripted agents (seeded from the labelled loops in PATHS, plus productive "
+        "ones) through the tracker turn by turn, reacting to its recovery messages; writes "
+        "closed_loop.json and closed_loop.md; exits 1 if a recovered or productive agent is "
+        "stopped",
+    )
+    ev.add_argument(
+        "-v", "--verbose", action="store_true", help="log each failed judge call as it happens"
+    )
+    ev.set_defaults(func=run)
+
+
+def _run_sweep(
+    args: argparse.Namespace,
+    trajectories: list[Trajectory],
+    configs: list[tuple[dict[str, str], TrackerConfig]],
+    out_dir: Path,
+    console: Console,
+) -> int:
+    with progress_bar(console) as progress:
+        task = progress.add_task("sweep", total=len(trajectories) * len(configs))
+        rows = anyio.run(
+            lambda: run_sweep(
+                trajectories,
+                configs,
+                concurrency=args.concurrency,
+                on_done=lambda _r: progress.advance(task),
+            )
+        )
+    table = sweep_table(rows)
+    console.print(rich_table(table))
+    out_dir.mkdir(parents=True, exist_ok=True)
+    data = [{"setting": r.setting, "metrics": r.metrics.to_dict()} for r in rows]
+    (out_dir / "sweep.json").write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
+    (out_dir / "sweep.md").write_text(markdown_table(table), encoding="utf-8")
+    console.print(f"sweep written to {out_dir / 'sweep.json'} and {out_dir / 'sweep.md'}")
+    return EXIT_FAILED if any(r.metrics.crashed for r in rows) else 0
+
+
+def run(args: argparse.Namespace, console: Console) -> int:
+    logger = logging.getLogger("judge")
+    level = logger.level
+    if not args.verbose:
+        # Each failed judge call logs a warning; the report counts and lists them instead,
+        # and hundreds of lines would bury the progress bar.
+        logger.setLevel(logging.ERROR)
+    try:
+        return _run_eval(args, console)
+    finally:
+        logger.setLevel(level)
+
+
+def _run_eval(args: argparse.Namespace, console: Console) -> int:
+    if args.closed_loop:
+        return run_closed_loop_eval(args, console)
+    started = time.perf_counter()
+    axes = [parse_axis(spec) for spec in args.sweep or ()]
+    if axes and args.mode not in (None, "heuristics"):
+        raise UsageError("--sweep runs heuristics only; drop --mode/--judge/--cassette")
+    if axes and (args.judge or args.cassette):
+        raise UsageError("--sweep runs heuristics only; drop --judge/--cassette")
+    if args.concurrency < 1:
+        raise UsageError(f"--concurrency must be at least 1, got {args.concurrency}")
+    sweep_configs = (
+        build_configs({"fast_model": None, "confirm_model": None}, settings_grid(axes))
+        if axes
+        else []
+    )
+    plans, recorder, mode = ([], None, "heuristics") if axes else plan_runs(args)
+    roots = resolve_paths(args.paths)
+    trajectories, problems = load_dataset(roots)
+    print_problems(problems, console)
+    if args.subset:
+        trajectories = select_subset(trajectories, args.subset, roots)
+    if not trajectories:
+        raise UsageError(f"no trajectories found under {', '.join(map(str, roots))}")
+    out_dir = Path(args.out)
+    if axes:
+        return _run_sweep(args, trajectories, sweep_configs, out_dir, console)
+
+    labelled = sum(1 for t in trajectories if t.labels is not None)
+    console.print(
+        f"replaying {len(trajectories)} trajectories ({labelled} labelled) in {mode} mode: "
+        + ", ".join(p.name for p in plans)
+    )
+    runs: list[Run] = []
+    with progress_bar(console) as progress:
+        for plan in plans:
+            task = progress.add_task(plan.name, total=len(trajectories))
+            run_started = time.perf_counter()
+            results: list[TrajectoryResult] = anyio.run(
+                lambda p=plan, t=task: replay_all(
+                    trajectories,
+                    p.config,
+                    client_factory=p.client_factory,
+                    concurrency=args.concurrency,
+                    on_done=lambda _r: progress.advance(t),
+                )
+            )
+            config = public_config(plan.config)
+            runs.append(Run(plan.name, config, results, time.perf_counter() - run_started))
+    if recorder is not None:
+        console.print(f"recorded {recorder.calls} judge calls to {recorder.save()}")
+
+    # Tables of metrics only mean something when some trajectory had labels.
+    tables = main_tables(runs) if any(run.labelled for run in runs) else []
+    for table in tables:
+        console.print(rich_table(table))
+    unlabelled = unlabelled_table(runs)
+    if unlabelled is not None:
+        console.print(rich_table(unlabelled))
+        tables.append(unlabelled)
+    crashes = [(run.name, r) for run in runs for r in run.results if r.crash is not None]
+    for name, result in crashes:
+        console.print(
+            f"[bold red]crash[/] in {name} replay of {result.id}: {result.crash}",
+            markup=True,
+            highlight=False,
+        )
+    failed_calls = [
+        (r.id, c.error) for run in runs for r in run.results for c in r.calls if c.error
+    ]
+    if failed_calls:
+        first_id, first_error = failed_calls[0]
+        console.print(
+            f"[yellow]{len(failed_calls)} judge call(s) failed[/]; first: {first_id}: "
+            f"{first_error}",
+            highlight=False,
+        )
+
+    settings = {
+        "mode": mode,
+        "judge": "cassette" if args.cassette and not args.record else (args.judge or None),
+        "paths": [str(p) for p in roots],
+        "subset": args.subset,
+        "trajectories": len(trajectories),
+        "concurrency": args.concurrency,
+        "cassette": args.cassette,
+    }
+    if args.judge == "oracle":
+        settings["oracle"] = asdict(oracle_settings(args))
+    elapsed = time.perf_counter() - started
+    out_dir.mkdir(parents=True, exist_ok=True)
+    chart, why_not = (
+        (None, "chart skipped (--no-chart)") if args.no_chart else (write_chart(runs, out_dir))
+    )
+    data = build_report(runs, settings=settings, problems=problems, elapsed_s=elapsed)
+    json_path = write_json(data, out_dir)
+    md_path = write_markdown(
+        runs, tables, out_dir, settings=settings, problems=problems, chart=chart
+    )
+    console.print(
+        f"wall time {elapsed:.2f} s; wrote {json_path}, {md_path}" + (f", {chart}" if chart else "")
+    )
+    if why_not:
+        console.print(why_not)
+    return EXIT_FAILED if crashes else 0

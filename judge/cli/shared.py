@@ -1,0 +1,77 @@
+"""What every ``loop-judge`` command shares: exit codes, the usage error and rich output.
+
+Each command lives in its own module of judge.cli; the helpers two or more of them use are
+here so no command module imports another command's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from pydantic import ValidationError
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from judge.config import TrackerConfig
+from judge.errors import ConfigError
+from judge.evaluation.tables import TableData
+from judge.trajectories.dataset import ImportProblem
+
+__all__ = [
+    "EXIT_FAILED",
+    "EXIT_USAGE",
+    "PIPE_WIDTH",
+    "UsageError",
+    "print_problems",
+    "progress_bar",
+    "rich_table",
+    "tracker_config",
+]
+
+# Exit codes: 1 = the run finished but something failed (a crash, a file not imported),
+# 2 = the command was used wrongly (argparse's own code for usage errors).
+EXIT_FAILED = 1
+EXIT_USAGE = 2
+# Console width when output is not a terminal (CI logs, files): wide enough for all columns.
+PIPE_WIDTH = 180
+
+
+class UsageError(ConfigError):
+    """The command line asks for something that cannot be done; exit 2 with this message."""
+
+
+def tracker_config(overrides: dict[str, Any]) -> TrackerConfig:
+    try:
+        return TrackerConfig(**overrides)
+    except ValidationError as exc:
+        problems = "; ".join(str(e["msg"]).removeprefix("Value error, ") for e in exc.errors())
+        raise UsageError(f"invalid tracker configuration: {problems}") from exc
+
+
+def progress_bar(console: Console) -> Progress:
+    return Progress(
+        TextColumn("[progress.description]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=console,
+        transient=True,
+    )
+
+
+def rich_table(table: TableData) -> Table:
+    out = Table(title=table.title, title_justify="left")
+    for i, column in enumerate(table.columns):
+        out.add_column(column, justify="left" if i == 0 else "right", no_wrap=i == 0)
+    for row in table.rows:
+        out.add_row(*row)
+    return out
+
+
+def print_problems(problems: Sequence[ImportProblem], console: Console) -> None:
+    if problems:
+        console.print(f"[yellow]{len(problems)} file(s) could not be loaded and were skipped:[/]")
+        for problem in problems:
+            console.print(f"  {problem}", style="yellow", markup=False, highlight=False)
