@@ -10,7 +10,7 @@ from __future__ import annotations
 from contextvars import ContextVar
 from fnmatch import fnmatchcase
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 from pydantic import (
     Field,
@@ -368,7 +368,7 @@ class TrackerConfig(BaseSettings):
         """
         if not model:
             return self
-        resolved, data = self, {}
+        resolved, data = self, cast(dict[str, Any], {})
         for glob, block in self.model_overrides.items():
             if fnmatchcase(model, glob):
                 resolved = self._apply_block(glob, block, data)

@@ -15,12 +15,12 @@ from typing import Any
 
 import anyio
 
-from judge._codec import StateError, decode, encode
+from judge._codec import decode, encode
 from judge.config import TrackerConfig
 from judge.detectors.base import Detector, Finding
 from judge.detectors.stream import StreamMonitor
 from judge.detectors.suite import SINGLE_SCORE, Assessment, DetectorSuite
-from judge.errors import HistoryError
+from judge.errors import HistoryError, StateError
 from judge.history import HistoryCursor, Message, ToolCall, canonical_arguments, message_digest
 from judge.llm._litellm import LiteLLMClient, LLMClient, Sleep
 from judge.llm.breaker import CircuitBreaker, Clock, skip_message

@@ -31,7 +31,10 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
 
 
 def _load_demo() -> dict[str, Any]:
-    return json.loads((resources.files("judge") / "data" / DEMO_FILE).read_text("utf-8"))
+    data: dict[str, Any] = json.loads(
+        (resources.files("judge") / "data" / DEMO_FILE).read_text("utf-8")
+    )
+    return data
 
 
 def run(args: argparse.Namespace, console: Console) -> int:

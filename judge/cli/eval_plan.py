@@ -141,10 +141,13 @@ def plan_runs(args: argparse.Namespace) -> tuple[list[RunPlan], CassetteRecorder
     inner: Callable[[Trajectory, TrackerConfig], LLMClient]
     if judge == "oracle":
         settings = oracle_settings(args)
-        models = {"fast_model": ORACLE_FAST_MODEL, "confirm_model": ORACLE_CONFIRM_MODEL}
+        models: dict[str, str | None] = {
+            "fast_model": ORACLE_FAST_MODEL,
+            "confirm_model": ORACLE_CONFIRM_MODEL,
+        }
         specs = [(name, {**models, **extra}) for name, extra in SCHEDULES.items()]
 
-        def inner(traj: Trajectory, _config: TrackerConfig) -> LLMClient:
+        def inner(traj: Trajectory, config: TrackerConfig) -> LLMClient:
             return OracleClient(traj.labels, trajectory_id=traj.id, settings=settings)
 
     else:
@@ -155,7 +158,10 @@ def plan_runs(args: argparse.Namespace) -> tuple[list[RunPlan], CassetteRecorder
                 "model string), or use --judge oracle, or --cassette FILE to replay a recording"
             )
         # Models are named explicitly so a cassette replays them on a machine without env.
-        models = {"fast_model": env_config.fast_model, "confirm_model": env_config.confirm_model}
+        models = {
+            "fast_model": env_config.fast_model,
+            "confirm_model": env_config.confirm_model,
+        }
         specs = [(mode, models)]
 
         def inner(traj: Trajectory, config: TrackerConfig) -> LLMClient:
@@ -181,11 +187,13 @@ def plan_runs(args: argparse.Namespace) -> tuple[list[RunPlan], CassetteRecorder
     for name, overrides in specs:
         config = tracker_config(overrides)
 
-        def factory(traj: Trajectory, _run: str = name, _cfg: TrackerConfig = config) -> LLMClient:
+        def make_client(
+            traj: Trajectory, _run: str = name, _cfg: TrackerConfig = config
+        ) -> LLMClient:
             client = inner(traj, _cfg)
             if recorder is not None:
                 return recorder.client(client, f"{_run}/{traj.id}")
             return client
 
-        plans.append(RunPlan(name, overrides, config, factory))
+        plans.append(RunPlan(name, overrides, config, make_client))
     return plans, recorder, mode

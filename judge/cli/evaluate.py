@@ -17,6 +17,7 @@ from pathlib import Path
 
 import anyio
 from rich.console import Console
+from rich.progress import TaskID
 
 from judge.cli.eval_closed_loop import run_closed_loop_eval
 from judge.cli.eval_plan import (
@@ -24,6 +25,7 @@ from judge.cli.eval_plan import (
     DEFAULT_OUT_DIR,
     JUDGES,
     MODES,
+    RunPlan,
     oracle_settings,
     plan_runs,
     resolve_paths,
@@ -207,15 +209,20 @@ def _run_eval(args: argparse.Namespace, console: Console) -> int:
         for plan in plans:
             task = progress.add_task(plan.name, total=len(trajectories))
             run_started = time.perf_counter()
-            results: list[TrajectoryResult] = anyio.run(
-                lambda p=plan, t=task: replay_all(
+
+            def advance(_result: TrajectoryResult, task_id: TaskID = task) -> None:
+                progress.advance(task_id)
+
+            async def replay_plan(p: RunPlan = plan) -> list[TrajectoryResult]:
+                return await replay_all(
                     trajectories,
                     p.config,
                     client_factory=p.client_factory,
                     concurrency=args.concurrency,
-                    on_done=lambda _r: progress.advance(t),
+                    on_done=advance,
                 )
-            )
+
+            results = anyio.run(replay_plan)
             config = public_config(plan.config)
             runs.append(Run(plan.name, config, results, time.perf_counter() - run_started))
     if recorder is not None:

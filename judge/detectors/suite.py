@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
-from judge._codec import StateError, StepPool, decode, dump_attrs, encode, load_attrs
+from judge._codec import StepPool, decode, dump_attrs, encode, load_attrs
 from judge.config import TrackerConfig
 from judge.detectors.base import Detector, Event, Finding, Preflight
 from judge.detectors.cycle import CycleDetector
@@ -22,6 +22,7 @@ from judge.detectors.similar_retry import SimilarRetryDetector
 from judge.detectors.steps import StepBuilder
 from judge.detectors.text_repetition import TextRepetitionDetector
 from judge.detectors.tool_classes import ToolClass, repeat_limit
+from judge.errors import StateError
 from judge.history import Message, ToolCall
 
 # Tool names whose repeat limit is remembered; agents use a few dozen tools at most.

@@ -1495,7 +1495,9 @@ def write_closed_loop(
     parts += [f"- {k}: `{v}`" for k, v in settings.items()]
     parts += ["", EXPLANATION, ""]
     parts += [markdown_table(t) for t in tables]
-    sections = (
+    sections: tuple[
+        tuple[str, Callable[[Any], bool], Callable[[Any], list[FlagRecord]] | None], ...
+    ] = (
         ("stopped after the agent recovered", lambda r: r.stopped_after_recovery, None),
         ("productive runs stopped", lambda r: r.false_stop, None),
         ("stopped before the loop's labelled onset", lambda r: r.stopped_before_onset, None),
@@ -1505,12 +1507,9 @@ def write_closed_loop(
     for title, wanted, flags_of in sections:
         runs = [r for r in report.results if wanted(r)]
         parts += [f"### {title} ({len(runs)})", ""]
-        for r in runs[:_LISTED_RUNS]:
-            parts.append(
-                f"- `{r.id}`: {r.crash}"
-                if r.crash
-                else _run_line(r, (flags_of or (lambda x: x.flags))(r))
-            )
+        for run in runs[:_LISTED_RUNS]:
+            listed = flags_of(run) if flags_of is not None else run.flags
+            parts.append(f"- `{run.id}`: {run.crash}" if run.crash else _run_line(run, listed))
         if len(runs) > _LISTED_RUNS:
             parts.append(f"- ... and {len(runs) - _LISTED_RUNS} more (see {JSON_FILE})")
         if not runs:

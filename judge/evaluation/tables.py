@@ -87,7 +87,7 @@ _COST_COLUMNS = ("calls/100t", "tokens/traj", "$/traj")
 
 
 def _metric_cells(m: Metrics, *, cost: bool) -> tuple[str, ...]:
-    cells = (
+    cells: tuple[str, ...] = (
         str(m.trajectories),
         str(m.looping),
         str(m.tp),
@@ -117,11 +117,11 @@ def _uses_judge(runs: Sequence[Run]) -> bool:
 
 def overall_table(runs: Sequence[Run]) -> TableData:
     cost = _uses_judge(runs)
-    columns = ("run", *_QUALITY_COLUMNS, *_RATE_COLUMNS)
+    columns: tuple[str, ...] = ("run", *_QUALITY_COLUMNS, *_RATE_COLUMNS)
     if cost:
         columns += _COST_COLUMNS
     columns += ("crashed", "wall s")
-    rows = [
+    rows: list[tuple[str, ...]] = [
         (
             run.name,
             *_metric_cells(run.metrics, cost=cost),
@@ -138,17 +138,19 @@ def _kind_order(name: str) -> int:
 
 
 def grouped_table(title: str, label: str, groups: dict[str, Metrics], *, cost: bool) -> TableData:
-    columns = (label, *_QUALITY_COLUMNS, *_RATE_COLUMNS)
+    columns: tuple[str, ...] = (label, *_QUALITY_COLUMNS, *_RATE_COLUMNS)
     if cost:
         columns += _COST_COLUMNS
-    rows = [(name, *_metric_cells(m, cost=cost)) for name, m in groups.items()]
+    rows: list[tuple[str, ...]] = [
+        (name, *_metric_cells(m, cost=cost)) for name, m in groups.items()
+    ]
     return TableData(title, columns, rows)
 
 
 def flag_source_table(run: Run) -> TableData:
     """Who raised each first flag, and how good and how early those flags were."""
     groups = group_metrics(run.labelled, lambda r: r.flag_source)
-    rows = [
+    rows: list[tuple[str, ...]] = [
         (
             name,
             str(m.tp + m.fp),

@@ -176,9 +176,9 @@ class LoopJudgeGuardrail(CustomGuardrail):
         self,
         user_api_key_dict: Any,
         cache: Any,
-        data: dict,
+        data: dict[str, Any],
         call_type: Any,
-    ) -> dict | None:
+    ) -> dict[str, Any] | None:
         """Judge this request's turn; maybe nudge or block (see the module doc)."""
         messages = data.get("messages")
         if not isinstance(messages, list) or not messages:

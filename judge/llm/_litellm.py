@@ -33,6 +33,7 @@ from tenacity import (
     wait_exponential,
     wait_random,
 )
+from tenacity.stop import stop_base
 
 from judge.errors import (
     JudgeConnectionError,
@@ -260,6 +261,17 @@ class _Deadline:
         return state.upcoming_sleep + MIN_ATTEMPT_S > remaining
 
 
+class _StopAtDeadline(stop_base):
+    """A tenacity stop strategy (so it combines with ``|``) that ends the retries when
+    the next wait would pass the call's deadline."""
+
+    def __init__(self, deadline: _Deadline) -> None:
+        self._deadline = deadline
+
+    def __call__(self, retry_state: RetryCallState) -> bool:
+        return self._deadline.stop(retry_state)
+
+
 class _WaitStrategy:
     """Honour Retry-After when the server sent one, else jittered exponential backoff."""
 
@@ -329,7 +341,7 @@ class LiteLLMClient:
             await self._sleep(seconds)
 
         retrying = AsyncRetrying(
-            stop=stop_after_attempt(self.max_retries + 1) | budget.stop,
+            stop=stop_after_attempt(self.max_retries + 1) | _StopAtDeadline(budget),
             wait=_WaitStrategy(),
             retry=retry_if_exception(self._retryable),
             sleep=sleep,

@@ -36,7 +36,8 @@ class Assessment(BaseModel):
 
 @cache
 def assessment_schema() -> dict[str, Any]:
-    return read_json(SCHEMA_FILE)
+    schema: dict[str, Any] = read_json(SCHEMA_FILE)
+    return schema
 
 
 @cache

@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass, field
+from typing import Any
 
 from judge._prompts import read_json
 from judge.errors import JudgeError
@@ -59,7 +60,8 @@ class TwoStageJudge:
         except JudgeError as exc:
             latency = time.perf_counter() - started
             reply_obj = reply
-            attempts = getattr(exc, "attempts", None) or getattr(reply_obj, "attempts", 1)
+            found: Any = getattr(exc, "attempts", None) or getattr(reply_obj, "attempts", 1)
+            attempts = int(found)
             logger.warning(
                 "%s judge %s failed after %d attempt(s): %s", stage.value, model, attempts, exc
             )

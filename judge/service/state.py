@@ -33,7 +33,7 @@ def dump_tracker(tracker: LoopTracker) -> bytes:
 
 
 def load_tracker(
-    config: TrackerConfig, data: bytes, client: LLMClient | None = None
+    config: TrackerConfig, data: bytes | str, client: LLMClient | None = None
 ) -> LoopTracker:
     """Rebuild a tracker from `dump_tracker` bytes, under the server's config."""
     try:

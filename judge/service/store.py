@@ -32,9 +32,8 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import anyio
 
-from judge._codec import StateError
 from judge.config import TrackerConfig
-from judge.errors import LoopJudgeError
+from judge.errors import LoopJudgeError, StateError
 from judge.llm._litellm import LLMClient
 from judge.service.settings import (
     DEFAULT_KEY_PREFIX,
@@ -124,7 +123,7 @@ class SessionStore(Protocol):
 
 def _load_or_fresh(
     session_id: str,
-    data: bytes | None,
+    data: bytes | str | None,
     config: TrackerConfig,
     client: LLMClient | None,
 ) -> LoopTracker:

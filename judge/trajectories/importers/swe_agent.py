@@ -99,7 +99,8 @@ def parse(data: Any, path: Path) -> Trajectory:
     else:
         messages = _from_steps(steps or [], path)
         messages = _leading_context(history or []) + messages
-    info = data.get("info") if isinstance(data.get("info"), dict) else {}
+    raw_info = data.get("info")
+    info: dict[str, Any] = raw_info if isinstance(raw_info, dict) else {}
     meta: dict[str, Any] = {"agent": "SWE-agent", "format": FORMAT}
     for key in ("exit_status", "swe_agent_version", "model_stats"):
         if key in info:
