@@ -5,7 +5,35 @@ from collections.abc import Iterator
 
 import pytest
 
+import judge.llm._litellm as litellm_client
 from judge.config import ENV_PREFIX
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    """Every ``@pytest.mark.anyio`` test runs on asyncio (redis-py's asyncio client, litellm)."""
+    return "asyncio"
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _refuse_model_requests() -> Iterator[None]:
+    """No test reaches a model unless it opts in: `ALLOW_MODEL_REQUESTS` is off for the whole
+    session, module- and session-scoped fixtures included. See `_model_requests`."""
+    old = litellm_client.ALLOW_MODEL_REQUESTS
+    litellm_client.ALLOW_MODEL_REQUESTS = False
+    try:
+        yield
+    finally:
+        litellm_client.ALLOW_MODEL_REQUESTS = old
+
+
+@pytest.fixture(autouse=True)
+def _model_requests(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Tests marked ``@pytest.mark.model_requests`` may send real requests through litellm,
+    to a local fake endpoint only (respx, tests/fault_server.py, a local llama.cpp server);
+    every other test gets `ModelRequestsDisabled` from `LiteLLMClient.complete`."""
+    allowed = request.node.get_closest_marker("model_requests") is not None
+    monkeypatch.setattr(litellm_client, "ALLOW_MODEL_REQUESTS", allowed)
 
 
 @pytest.fixture(autouse=True)

@@ -68,8 +68,7 @@ def test_skip_message_names_the_wall_clock_time() -> None:
 
 
 @pytest.mark.anyio
-@pytest.mark.parametrize("anyio_backend", ["asyncio"])
-async def test_tracker_skips_checks_while_open(anyio_backend: str) -> None:
+async def test_tracker_skips_checks_while_open() -> None:
     clock = Clock()
     client = FakeClient({"fake/fast": [JudgeTimeout("slow")] * 2 + [answer(0.2)]})
     config = TrackerConfig(

@@ -20,11 +20,6 @@ FAST, CONFIRM = "fake/fast", "fake/confirm"
 FAKE_CALL_TOKENS = 120
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
 def every_turn(**cfg: Any) -> TrackerConfig:
     """A judge due on every turn whatever it answers."""
     base: dict[str, Any] = {

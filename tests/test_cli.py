@@ -23,6 +23,7 @@ def in_repo(monkeypatch: pytest.MonkeyPatch) -> Path:
     return REPO
 
 
+@pytest.mark.slow
 def test_eval_smoke_writes_reports(in_repo: Path, tmp_path: Path) -> None:
     out = tmp_path / "out"
     assert main(["eval", "--subset", "smoke", "--out", str(out)]) == 0
@@ -39,6 +40,7 @@ def test_eval_smoke_writes_reports(in_repo: Path, tmp_path: Path) -> None:
     assert (out / "report.png").is_file() == HAS_MATPLOTLIB
 
 
+@pytest.mark.slow
 def test_eval_oracle_compares_schedules_and_cassette_replays(in_repo: Path, tmp_path: Path) -> None:
     cassette = tmp_path / "judge.jsonl"
     common = ["eval", "--subset", "smoke", "--no-chart", "--cassette", str(cassette)]

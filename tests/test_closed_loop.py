@@ -262,6 +262,7 @@ def test_closed_loop_usage_errors(
     assert exc.value.code == 2 and "--judge" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_full_closed_loop_eval_stops_no_recovered_and_no_productive_agent(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:

@@ -20,11 +20,6 @@ from tests.fakes import LiveAgent
 pytestmark = pytest.mark.anyio
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
 def shell(rc: int, output: str) -> str:
     return f"<returncode>{rc}</returncode>\n<output>\n{output}\n</output>"
 

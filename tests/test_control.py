@@ -17,11 +17,6 @@ from tests.test_detectors import Agent
 pytestmark = pytest.mark.anyio
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
 def write_loop(repeats: int) -> list[dict[str, Any]]:
     agent = Agent()
     for _ in range(repeats):

@@ -37,11 +37,6 @@ pytestmark = pytest.mark.anyio
 FAST = "fake/fast"
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
 # -- scoring ---------------------------------------------------------------------------------
 
 # Assistant messages at 2, 4, 6, ... 20 (as in looping_history: system, user, then pairs).

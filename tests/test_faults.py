@@ -30,7 +30,8 @@ from judge.llm.breaker import BreakerState
 from tests.fakes import answer, looping_history
 from tests.fault_server import FaultServer, Reply, Request, closed_port, completion, error
 
-pytestmark = pytest.mark.anyio
+# Real requests through litellm, to the fault server on 127.0.0.1 only.
+pytestmark = [pytest.mark.anyio, pytest.mark.model_requests]
 
 FAST, CONFIRM = "openai/x", "openai/y"
 # Small enough to keep the file fast, large enough that a loaded CI box still answers a
@@ -44,11 +45,6 @@ SLACK_S = 0.75
 HEALTHY_TURN_S = 3.0
 # A turn whose check is skipped does no I/O at all.
 SKIPPED_TURN_S = 0.25
-
-
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
 
 
 @pytest.fixture(scope="module", autouse=True)

@@ -26,11 +26,6 @@ FAST = "fake/fast"
 TASK = [{"role": "system", "content": "You are an agent."}, {"role": "user", "content": "Go."}]
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
 def judged(**cfg: Any) -> tuple[LoopTracker, FakeClient]:
     """A tracker whose (fake) judge is asked on every turn and answers "no loop"."""
     client = FakeClient({FAST: [answer(0.0, "all good")]})
@@ -169,6 +164,7 @@ async def test_ten_megabyte_tool_output() -> None:
     assert "chars clipped" in sent[1]["content"]
 
 
+@pytest.mark.slow
 async def test_hundred_thousand_messages_in_one_call() -> None:
     history = looping_history(50_000)  # 100,002 messages
     tracker, client = judged()
@@ -178,6 +174,7 @@ async def test_hundred_thousand_messages_in_one_call() -> None:
     assert '"n": 100001' in transcript  # the judge sees the newest messages
 
 
+@pytest.mark.slow
 async def test_hundred_thousand_messages_incrementally() -> None:
     history = looping_history(50_000)
     tracker = LoopTracker()

@@ -22,11 +22,6 @@ ORDER = {"customer": "42"}
 SHIPPED = "order 7: shipped, 2 items"
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
 def tracker(**cfg: Any) -> LoopTracker:
     return LoopTracker(TrackerConfig(semantic="off", **cfg))
 

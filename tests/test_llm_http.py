@@ -15,16 +15,12 @@ from judge.llm._litellm import LiteLLMClient
 from judge.llm.assessment import assessment_schema
 from tests.fakes import answer, looping_history
 
-pytestmark = pytest.mark.anyio
+# Real requests through litellm, answered by respx at the HTTP layer.
+pytestmark = [pytest.mark.anyio, pytest.mark.model_requests]
 BASE = "http://judge.test/v1"
 URL = f"{BASE}/chat/completions"
 MODEL = "openai/judge-fast"
 PROMPT = [{"role": "user", "content": "hi"}]
-
-
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
 
 
 def completion(content: str | None, finish: str = "stop", **extra: Any) -> httpx.Response:

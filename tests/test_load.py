@@ -32,11 +32,6 @@ KINDS = ("reads", "repeat", "cycle", "chatter")
 MEMORY_PER_TRACKER_BOUND = 256 * 1024
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
 def _assistant(cid: str, name: str, args: dict[str, Any], text: str = "") -> dict[str, Any]:
     return {
         "role": "assistant",
@@ -167,6 +162,7 @@ async def run_solo(i: int) -> list[tuple[Any, ...]]:
     return [fingerprint(await tracker.turn_started(h)) for h in prefixes(history)]
 
 
+@pytest.mark.slow
 async def test_thousand_trackers_no_cross_talk() -> None:
     client = EchoJudge()
     trackers = [make_tracker(client) for _ in range(TRACKERS)]
@@ -213,6 +209,7 @@ async def test_overlapping_calls_on_one_tracker_are_serialized() -> None:
     assert [fingerprint(v) for v in verdicts] == expected  # state not corrupted
 
 
+@pytest.mark.slow
 async def test_memory_per_tracker_stays_bounded() -> None:
     """Retained memory does not grow with turns (tracemalloc; a sanity bound, not a bench)."""
     count, turns = 10, 120

@@ -12,6 +12,7 @@ import json
 from typing import Any
 
 import anyio
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -145,6 +146,7 @@ async def _replay(history: list[dict[str, Any]], script: list[float]) -> tuple[A
     return tuple(verdicts)
 
 
+@pytest.mark.slow
 @given(histories(), st.lists(st.sampled_from([0.0, 0.3, 0.9, 0.95, 1.0]), min_size=1, max_size=4))
 @SETTINGS
 def test_verdicts_are_deterministic_with_the_judge_faked(

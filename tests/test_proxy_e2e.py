@@ -22,6 +22,8 @@ import pytest
 
 from tests.serving import failing_repeat_history, free_port, prefixes
 
+pytestmark = pytest.mark.slow  # starts a litellm proxy process
+
 ENV_PROXY = "LOOP_JUDGE_TEST_LITELLM_PROXY"
 # The proxy imports its whole server stack; ~10 s here, more on a loaded CI machine.
 PROXY_START_TIMEOUT_S = 90.0

@@ -45,11 +45,6 @@ TOOLS = [
 ]
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
 def request(messages: list[dict[str, Any]], **extra: Any) -> dict[str, Any]:
     """A /chat/completions body after the proxy's pre-processing (metadata, headers)."""
     body: dict[str, Any] = {

@@ -24,6 +24,8 @@ from tests.realmodel import LITELLM_MODEL, LocalServer, llama_server, missing_re
 _SKIP_REASON = missing_reason()
 pytestmark = [
     pytest.mark.anyio,
+    pytest.mark.model_requests,  # to the local llama.cpp server only
+    pytest.mark.slow,
     pytest.mark.skipif(_SKIP_REASON is not None, reason=_SKIP_REASON or ""),
 ]
 
@@ -40,11 +42,6 @@ PROMPT = [
     },
     {"role": "user", "content": "The agent read f1.txt, then f2.txt, then f3.txt."},
 ]
-
-
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
 
 
 @pytest.fixture(scope="module")

@@ -13,12 +13,6 @@ from judge.llm.assessment import parse_assessment
 from judge.trajectories.dataset import iter_trajectory_files
 from tests.fakes import FakeClient, answer, looping_history
 
-
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
 # -- deeply nested JSON is odd but valid input, never a RecursionError --------------------
 
 

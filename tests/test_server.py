@@ -26,11 +26,6 @@ FAST, CONFIRM = "fake/fast", "fake/confirm"
 TOKEN = "s3cret-token"
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
 def client_for(app: Any, token: str | None = None) -> httpx.AsyncClient:
     headers = {"Authorization": f"Bearer {token}"} if token else {}
     return httpx.AsyncClient(
@@ -256,6 +251,7 @@ def test_openapi_uses_the_library_verdict() -> None:
     )
 
 
+@pytest.mark.slow
 def test_cli_dumps_openapi_to_stdout() -> None:
     out = subprocess.run(
         [sys.executable, "-m", "judge.cli", "serve", "--dump-openapi", "-"],
@@ -267,6 +263,7 @@ def test_cli_dumps_openapi_to_stdout() -> None:
     assert json.loads(out) == openapi_schema()
 
 
+@pytest.mark.slow
 def test_cli_refuses_public_bind_without_token() -> None:
     proc = subprocess.run(
         [sys.executable, "-m", "judge.cli", "serve", "--host", "0.0.0.0"],

@@ -37,11 +37,6 @@ pytestmark = pytest.mark.anyio
 N_TURNS = 12
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"  # redis-py's asyncio client
-
-
 async def library_verdicts(history: list[dict[str, Any]], n: int) -> list[Verdict]:
     tracker = LoopTracker(TrackerConfig())
     return [await tracker.turn_started(h) for h in prefixes(history, n)]

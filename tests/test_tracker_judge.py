@@ -34,11 +34,6 @@ async def run_turns(tracker: LoopTracker, n: int, start: int = 0) -> list[Verdic
 pytestmark = pytest.mark.anyio
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
 async def test_both_confident_is_a_loop() -> None:
     tracker, _client = make([answer(0.95, "same call")], [answer(0.97, "confirmed")])
     verdicts = await run_turns(tracker, 30)
@@ -223,6 +218,8 @@ async def test_cancellation_propagates_fast_and_tracker_stays_usable() -> None:
     assert [bool(v.judge_calls) for v in verdicts] == [False] * 4 + [True]
 
 
+# Goes through LiteLLMClient.complete up to the (stubbed, cancelled) import: no request is sent.
+@pytest.mark.model_requests
 async def test_cancellation_during_litellm_import_is_prompt(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
