@@ -17,7 +17,7 @@ import anyio
 
 from judge._codec import decode, encode
 from judge.config import TrackerConfig
-from judge.detectors.base import Detector, Finding
+from judge.detectors.base import SUSPICION_CAP, Detector, Finding
 from judge.detectors.stream import StreamMonitor
 from judge.detectors.suite import SINGLE_SCORE, Assessment, DetectorSuite
 from judge.errors import HistoryError, StateError
@@ -42,8 +42,9 @@ logger = logging.getLogger("judge.tracker")
 # Extra normalized messages kept beyond the judge window so that trimming a dangling call
 # at the end still leaves a full window.
 RECENT_SLACK = 32
-# A suspicion at or above this brings the judge's check forward, even before turn 30.
-SUSPICION_SCORE = 0.5
+# A suspicion at or above this brings the judge's check forward, even before turn 30: the
+# score a detector reports one repeat short of its own threshold (SUSPICION_CAP).
+SUSPICION_SCORE = SUSPICION_CAP
 # After a loop verdict the judge only reads what came after the evidence it answered; it is
 # not asked until the agent has taken this many turns since (one fewer than the 5-turn
 # minimum interval, so a relapse is judged at the next scheduled check).
@@ -84,14 +85,7 @@ class LoopTracker:
         self._judge: TwoStageJudge | None = None
         if cfg.fast_model:
             if client is None:
-                client = LiteLLMClient(
-                    api_base=cfg.api_base,
-                    api_key=cfg.api_key.get_secret_value() if cfg.api_key else None,
-                    timeout_s=cfg.timeout_s,
-                    max_retries=cfg.max_retries,
-                    max_retry_after_s=cfg.max_retry_after_s,
-                    sleep=sleep,
-                )
+                client = LiteLLMClient.from_config(cfg, sleep=sleep)
             self._judge = TwoStageJudge(
                 client,
                 fast_model=cfg.fast_model,

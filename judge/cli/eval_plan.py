@@ -165,13 +165,7 @@ def plan_runs(args: argparse.Namespace) -> tuple[list[RunPlan], CassetteRecorder
         specs = [(mode, models)]
 
         def inner(traj: Trajectory, config: TrackerConfig) -> LLMClient:
-            return LiteLLMClient(
-                api_base=config.api_base,
-                api_key=config.api_key.get_secret_value() if config.api_key else None,
-                timeout_s=config.timeout_s,
-                max_retries=config.max_retries,
-                max_retry_after_s=config.max_retry_after_s,
-            )
+            return LiteLLMClient.from_config(config)
 
     recorder = None
     if args.record:

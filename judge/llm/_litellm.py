@@ -290,6 +290,20 @@ class _WaitStrategy:
 class LiteLLMClient:
     """Sends one judge request through litellm with bounded, logged retries."""
 
+    @classmethod
+    def from_config(cls, config: Any, *, sleep: Sleep | None = None) -> LiteLLMClient:
+        """The client a `TrackerConfig` describes (endpoint, key, timeout, retries): the one
+        place both the tracker and the eval CLI build it."""
+        key = config.api_key.get_secret_value() if config.api_key else None
+        return cls(
+            api_base=config.api_base,
+            api_key=key,
+            timeout_s=config.timeout_s,
+            max_retries=config.max_retries,
+            max_retry_after_s=config.max_retry_after_s,
+            sleep=sleep,
+        )
+
     def __init__(
         self,
         *,

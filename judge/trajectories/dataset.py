@@ -23,6 +23,8 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from judge.errors import TrajectoryFormatError
+from judge.history import ROLES as HISTORY_ROLES
+from judge.verdict import LoopKind
 
 __all__ = [
     "KINDS",
@@ -39,18 +41,10 @@ __all__ = [
 ]
 
 #: Loop kinds used by the labels (see shared/recorded/LABELING.md); ``none`` = not looping.
-KINDS: tuple[str, ...] = (
-    "exact_repeat",
-    "alternation",
-    "similar_retry",
-    "error_cycle",
-    "text_repetition",
-    "cognitive",
-    "none",
-)
+KINDS: tuple[str, ...] = (*(kind.value for kind in LoopKind), "none")
 
 #: Chat roles accepted in ``messages`` (``function`` is the legacy OpenAI tool-result role).
-ROLES: frozenset[str] = frozenset({"system", "developer", "user", "assistant", "tool", "function"})
+ROLES: frozenset[str] = HISTORY_ROLES
 
 #: File name endings that :func:`load_dataset` picks up when walking a directory.
 TRAJECTORY_SUFFIXES: tuple[str, ...] = (".json", ".jsonl", ".traj")
