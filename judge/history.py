@@ -27,6 +27,8 @@ from typing import Any
 from judge.errors import HistoryError
 
 ROLES = frozenset({"system", "developer", "user", "assistant", "tool", "function"})
+# Roles that carry a tool's result (``function`` is the legacy OpenAI one).
+RESULT_ROLES = frozenset({"tool", "function"})
 
 
 @dataclass(frozen=True, slots=True)

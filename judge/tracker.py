@@ -21,7 +21,14 @@ from judge.detectors.base import SUSPICION_CAP, Detector, Finding
 from judge.detectors.stream import StreamMonitor
 from judge.detectors.suite import SINGLE_SCORE, Assessment, DetectorSuite
 from judge.errors import HistoryError, StateError
-from judge.history import HistoryCursor, Message, ToolCall, canonical_arguments, message_digest
+from judge.history import (
+    RESULT_ROLES,
+    HistoryCursor,
+    Message,
+    ToolCall,
+    canonical_arguments,
+    message_digest,
+)
 from judge.llm._litellm import LiteLLMClient, LLMClient, Sleep
 from judge.llm.breaker import CircuitBreaker, Clock, skip_message
 from judge.llm.budget import JudgeBudget
@@ -367,7 +374,7 @@ class LoopTracker:
         if answered < 0:
             return window
         fresh = [m for m in window if m.index > answered]
-        while fresh and fresh[0].role in ("tool", "function"):
+        while fresh and fresh[0].role in RESULT_ROLES:
             fresh.pop(0)  # results whose call was answered already would read as orphans
         if sum(m.role == "assistant" for m in fresh) < FRESH_ASSISTANT_TURNS:
             return None

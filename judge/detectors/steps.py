@@ -13,7 +13,7 @@ from hashlib import blake2b
 
 from judge.detectors.edits import modifies_files
 from judge.detectors.outcome import Outcome, classify, result_key
-from judge.history import Message, ToolCall
+from judge.history import RESULT_ROLES, Message, ToolCall
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,7 +143,7 @@ class StepBuilder:
                 self._pending = list(msg.tool_calls)
                 self._pending_index = msg.index
             return done
-        if msg.role in ("tool", "function") and self._pending:
+        if msg.role in RESULT_ROLES and self._pending:
             pos = self._match(msg)
             if pos is not None:
                 self._results[pos] = (msg.index, msg.content, msg.is_error)

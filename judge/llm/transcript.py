@@ -11,7 +11,7 @@ import json
 from collections.abc import Callable, Sequence
 
 from judge._prompts import read_text
-from judge.history import Message
+from judge.history import RESULT_ROLES, Message
 
 SYSTEM_PROMPT_FILE = "judge_system.md"
 USER_PROMPT_FILE = "judge_user.md"
@@ -48,11 +48,11 @@ def judge_window(messages: Sequence[Message], size: int) -> list[Message]:
                 if dangling:
                     msgs = msgs[:pos]
             break
-        if msg.role not in ("tool", "function"):
+        if msg.role not in RESULT_ROLES:
             break
     window = msgs[-size:] if size > 0 else []
     start = 0
-    while start < len(window) and window[start].role in ("tool", "function"):
+    while start < len(window) and window[start].role in RESULT_ROLES:
         start += 1
     return window[start:]
 
@@ -125,7 +125,7 @@ def fit_prompt(
         while start < len(lines) and size > max_chars:
             size -= len(lines[start]) + 1
             start += 1
-            while start < len(lines) and msgs[start].role in ("tool", "function"):
+            while start < len(lines) and msgs[start].role in RESULT_ROLES:
                 size -= len(lines[start]) + 1
                 start += 1
         msgs, lines = msgs[start:], lines[start:]
