@@ -7,23 +7,19 @@ when and folds their answers into a `Verdict`.
 
 from __future__ import annotations
 
-import dataclasses
 import logging
-from collections import deque
 from collections.abc import Sequence
 from typing import Any
 
 import anyio
 
-from judge._codec import decode, encode
 from judge.config import TrackerConfig
+from judge.conversation import Conversation
 from judge.detectors.base import SUSPICION_CAP, Detector, Finding
 from judge.detectors.stream import StreamMonitor
 from judge.detectors.suite import SINGLE_SCORE, Assessment, DetectorSuite
 from judge.errors import HistoryError, StateError
 from judge.history import (
-    RESULT_ROLES,
-    HistoryCursor,
     Message,
     ToolCall,
     canonical_arguments,
@@ -34,21 +30,17 @@ from judge.llm.breaker import CircuitBreaker, Clock, skip_message
 from judge.llm.budget import JudgeBudget
 from judge.llm.pair import JudgeOutcome, TwoStageJudge
 from judge.llm.redaction import Redactor
-from judge.llm.transcript import SCRUB_MARGIN, clip, fit_prompt, judge_window
+from judge.llm.transcript import fit_prompt
 from judge.response.ladder import LadderState, OverrideRecord
 from judge.response.responder import LoopCallback, Responder
 from judge.response.stats import TrackerStats
 from judge.response.telemetry import Telemetry
 from judge.schedule import Schedule
 from judge.state import STATE_VERSION, TrackerState
-from judge.user_turns import UserMessageKind, classify_user, digest
 from judge.verdict import Verdict
 
 logger = logging.getLogger("judge.tracker")
 
-# Extra normalized messages kept beyond the judge window so that trimming a dangling call
-# at the end still leaves a full window.
-RECENT_SLACK = 32
 # A suspicion at or above this brings the judge's check forward, even before turn 30: the
 # score a detector reports one repeat short of its own threshold (SUSPICION_CAP).
 SUSPICION_SCORE = SUSPICION_CAP
@@ -56,15 +48,6 @@ SUSPICION_SCORE = SUSPICION_CAP
 # not asked until the agent has taken this many turns since (one fewer than the 5-turn
 # minimum interval, so a relapse is judged at the next scheduled check).
 FRESH_ASSISTANT_TURNS = 3
-
-
-def _for_judge(msg: Message, message_chars: int) -> Message:
-    """The message as the judge may see it: content beyond what `transcript` could ever
-    keep is cut here, so the recent window (and the saved state) stays small."""
-    keep = message_chars * SCRUB_MARGIN
-    if len(msg.content) <= keep:
-        return msg
-    return dataclasses.replace(msg, content=clip(msg.content, keep))
 
 
 class LoopTracker:
@@ -110,12 +93,9 @@ class LoopTracker:
             min_interval=cfg.min_interval,
             max_interval=cfg.max_interval,
         )
-        self._cursor = HistoryCursor()
-        self._recent: deque[Message] = deque(maxlen=cfg.history_messages + RECENT_SLACK)
-        self._task: Message | None = None
-        # Digests of user messages seen, to tell a new prompt from one re-read after the
-        # history was rewritten (stable across processes, unlike hash()).
-        self._user_seen: set[str] = set()
+        self._conversation = Conversation(
+            history_messages=cfg.history_messages, message_chars=cfg.max_message_chars
+        )
         # Ladder, texts, overrides, memory, on_loop, stats, telemetry (judge/response/responder.py).
         self._responder = Responder(cfg, on_loop=on_loop, telemetry=telemetry)
         # fast_acquire: no event-loop round trip when uncontended (the usual case), which
@@ -197,17 +177,12 @@ class LoopTracker:
         stopped. Not included: the judge client, callbacks and telemetry (pass them again)
         and the known-loop memory (a file of its own).
         """
-        seen, last = self._cursor.snapshot()
         ladder, stats = self._responder.snapshot()
         calls_used, tokens_used = self._budget.snapshot()
         return TrackerState(
             version=STATE_VERSION,
             schedule=self._schedule.snapshot(),
-            seen=seen,
-            last_message=encode(last),
-            recent=encode(self._recent),
-            task=encode(self._task),
-            user_seen=sorted(self._user_seen),
+            **self._conversation.snapshot(),
             detectors=self._suite.snapshot(),
             stream=self._stream.snapshot(),
             ladder=ladder,
@@ -252,11 +227,9 @@ class LoopTracker:
         # Each part restores its own snapshot; the conversation (cursor, recent messages,
         # task, user messages seen) is the tracker's own.
         self._schedule.restore(state.schedule)
-        self._cursor.restore(state.seen, decode(state.last_message))
-        recent = decode(state.recent)
-        self._recent = deque(recent or (), maxlen=self._recent.maxlen)
-        self._task = decode(state.task)
-        self._user_seen = set(state.user_seen)
+        self._conversation.restore(
+            state.seen, state.last_message, state.recent, state.task, state.user_seen
+        )
         self._suite.restore(state.detectors)
         self._stream.restore(state.stream)
         self._responder.restore(state.ladder, state.stats)
@@ -266,10 +239,7 @@ class LoopTracker:
     def reset(self) -> None:
         """Forget the conversation: turn count, schedule, detector state, escalation."""
         self._schedule.reset()
-        self._cursor.reset()
-        self._recent.clear()
-        self._task = None
-        self._user_seen.clear()
+        self._conversation.reset()
         self._responder.reset()
         self._suite.reset()
         self._stream.reset()
@@ -313,37 +283,21 @@ class LoopTracker:
             return verdict
 
     def _ingest(self, history: Any) -> None:
-        new, rewound = self._cursor.advance(history)
-        if rewound:
+        reading = self._conversation.read(history)
+        if reading.rewound:
             logger.info("history was rewritten; re-reading it from the start")
-            self._recent.clear()
             self._suite.reset()
             # What a verdict already answered stays answered when it is re-read, wherever
             # the rewrite moved it; what came after it is new.
             answered = self._responder.ladder.state.acted_digest
             if answered is not None:
-                found = [m.index for m in new if message_digest(m) == answered]
+                found = [m.index for m in reading.new if message_digest(m) == answered]
                 self._responder.ladder.relocate(found[-1] if found else None)
-        for msg in new:
-            if msg.role == "user":
-                self._on_user_message(msg)
-            self._recent.append(_for_judge(msg, self.config.max_message_chars))
+        for msg in reading.new:
             self._suite.feed(msg)
-
-    def _on_user_message(self, msg: Message) -> None:
-        # Only a person's new prompt becomes the task and restarts the turn count; our
-        # recovery message, tool output in the user role and a harness's repeated nudge do
-        # not (the rule is written down in judge/user_turns.py).
-        kind = classify_user(msg, self._user_seen)
-        if kind is UserMessageKind.RECOVERY or kind is UserMessageKind.OBSERVATION:
-            return
-        self._user_seen.add(digest(msg.content))
-        if kind is not UserMessageKind.PROMPT:
-            return
-        self._task = msg
         # Detector windows survive a new prompt on purpose: a user saying "try again" does
         # not make the agent's next identical failure any less of a loop.
-        if self.config.count_scope == "prompt":
+        if reading.new_prompt and self.config.count_scope == "prompt":
             self._schedule.reset()
 
     def _check_skipped(self) -> str | None:
@@ -362,30 +316,23 @@ class LoopTracker:
 
     def _answered(self) -> None:
         """A loop verdict is being given: everything read so far is answered."""
-        _, last = self._cursor.snapshot()
+        last = self._conversation.last
         if last is not None:
             self._responder.ladder.answered(last.index, message_digest(last))
 
     def _fresh_window(self) -> list[Message] | None:
-        """The judge's window, without what a loop verdict already answered; None while
-        too little has happened since for a new judgement (the check stays due)."""
-        window = judge_window(self._recent, self.config.history_messages)
-        answered = self._responder.ladder.state.acted_through
-        if answered < 0:
-            return window
-        fresh = [m for m in window if m.index > answered]
-        while fresh and fresh[0].role in RESULT_ROLES:
-            fresh.pop(0)  # results whose call was answered already would read as orphans
-        if sum(m.role == "assistant" for m in fresh) < FRESH_ASSISTANT_TURNS:
-            return None
-        return fresh
+        """The judge's window without what a loop verdict already answered; None while
+        too little has happened since (the check stays due)."""
+        return self._conversation.window(
+            after=self._responder.ladder.state.acted_through, min_turns=FRESH_ASSISTANT_TURNS
+        )
 
     async def _run_check(self, messages: list[Message]) -> JudgeOutcome:
         assert self._judge is not None
         cfg = self.config
         window, prompt = fit_prompt(
             messages,
-            self._task,
+            self._conversation.task,
             message_chars=cfg.max_message_chars,
             task_chars=cfg.max_task_chars,
             max_chars=cfg.max_prompt_chars,
@@ -423,7 +370,7 @@ class LoopTracker:
 
     def _judge_verdict(self, outcome: JudgeOutcome, found: Assessment) -> Verdict:
         return self._responder.judge_verdict(
-            outcome, found=found, turn=self.turn, recent=self._recent
+            outcome, found=found, turn=self.turn, recent=self._conversation.recent
         )
 
     # -- before a call, and while streaming -------------------------------------------
