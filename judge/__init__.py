@@ -32,7 +32,7 @@ from judge.response.stats import TrackerStats
 from judge.response.telemetry import Telemetry
 from judge.state import TrackerState
 from judge.tracker import LoopTracker
-from judge.verdict import Action, JudgeCall, JudgeStage, LoopKind, Verdict
+from judge.verdict import Action, JudgeCall, JudgeStage, LoopKind, Origin, Verdict
 
 __all__ = [
     "Action",
@@ -56,6 +56,7 @@ __all__ = [
     "LoopMemory",
     "LoopTracker",
     "ModelReply",
+    "Origin",
     "OverrideRecord",
     "ResponseMode",
     "StateError",

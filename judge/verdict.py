@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from enum import Enum
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 
 class Action(str, Enum):
@@ -61,8 +61,19 @@ class JudgeCall(BaseModel):
         return self.error is None and self.confidence is not None
 
 
+class Origin(str, Enum):
+    """Who found a loop: a heuristic detector or the LLM judge (`Verdict.origin`)."""
+
+    HEURISTIC = "heuristic"
+    LLM = "llm"
+
+
 class Verdict(BaseModel):
-    """The outcome of one ``turn_started`` (or ``check_call``) call."""
+    """The outcome of one ``turn_started`` (or ``check_call``) call.
+
+    ``source`` stays a string on the wire (``"llm"`` or ``"heuristic:<detector>"``, checked
+    on construction); `origin` and `detector` are its typed parts.
+    """
 
     model_config = ConfigDict(frozen=True)
 
@@ -91,6 +102,30 @@ class Verdict(BaseModel):
     errors: list[str] = Field(default_factory=list)
     turn: int = 0
     suspicion: float = Field(default=0.0, description="highest heuristic score this turn")
+
+    @field_validator("source")
+    @classmethod
+    def _source_shape(cls, value: str | None) -> str | None:
+        if value is None or value == Origin.LLM.value:
+            return value
+        prefix, _, name = value.partition(":")
+        if prefix != Origin.HEURISTIC.value or not name:
+            raise ValueError(f'source must be "llm" or "heuristic:<detector>", got {value!r}')
+        return value
+
+    @property
+    def origin(self) -> Origin | None:
+        """`Origin.LLM`, `Origin.HEURISTIC`, or None when nobody spoke."""
+        if self.source is None:
+            return None
+        return Origin.LLM if self.source == Origin.LLM.value else Origin.HEURISTIC
+
+    @property
+    def detector(self) -> str | None:
+        """The heuristic detector's name (``"exact_repeat"``), else None."""
+        if self.source is None or self.source == Origin.LLM.value:
+            return None
+        return self.source.partition(":")[2]
 
     def __bool__(self) -> bool:
         return self.looping

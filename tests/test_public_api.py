@@ -116,3 +116,16 @@ def test_agent_history_rejects_an_unknown_format() -> None:
 
     with pytest.raises(ValueError, match="fmt"):
         AgentHistory(None, fmt="gemini")
+
+
+def test_a_verdict_source_has_typed_parts_and_a_checked_shape() -> None:
+    from judge import Origin, Verdict
+
+    heuristic = Verdict(looping=True, source="heuristic:exact_repeat")
+    assert (heuristic.origin, heuristic.detector) == (Origin.HEURISTIC, "exact_repeat")
+    judged = Verdict(looping=True, source="llm")
+    assert (judged.origin, judged.detector) == (Origin.LLM, None)
+    assert Verdict().origin is None
+    for bad in ("heuristic", "heuristic:", "regex:foo", "LLM"):
+        with pytest.raises(ValueError, match="source must be"):
+            Verdict(source=bad)

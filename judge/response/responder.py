@@ -27,7 +27,7 @@ from judge.response.memory import LoopMemory
 from judge.response.recovery import for_finding, for_judge
 from judge.response.stats import TrackerStats
 from judge.response.telemetry import Telemetry
-from judge.verdict import Action, LoopKind, Verdict
+from judge.verdict import Action, LoopKind, Origin, Verdict
 
 logger = logging.getLogger("judge.response")
 
@@ -193,7 +193,7 @@ class Responder:
         found = for_finding(finding, step, budget=self.config.recovery_max_chars)
         return Verdict(
             looping=True,
-            source=f"heuristic:{finding.detector}",
+            source=f"{Origin.HEURISTIC.value}:{finding.detector}",
             kind=finding.kind,
             confidence=finding.score,
             analysis=finding.summary,
@@ -219,7 +219,7 @@ class Responder:
         deciding = outcome.deciding
         suspicion = found.suspicion
         common: dict[str, Any] = {
-            "source": "llm",
+            "source": Origin.LLM.value,
             "judge_calls": outcome.calls,
             "errors": outcome.errors,
             "turn": turn,
