@@ -45,9 +45,13 @@ from typing import Any
 from judge.config import TrackerConfig
 from judge.errors import HistoryError
 from judge.llm._litellm import LLMClient, _import_litellm
-from judge.service.metrics import Metrics
-from judge.service.settings import ServerSettings
-from judge.service.store import SessionStore, StoreError, store_from_settings
+from judge.service import (
+    Metrics,
+    ServerSettings,
+    SessionStore,
+    StoreError,
+    store_from_settings,
+)
 from judge.verdict import Verdict
 
 # Through judge.llm._litellm, the one place that imports litellm: it uses the bundled model cost

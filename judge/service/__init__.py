@@ -11,10 +11,28 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from judge.service.app import create_app
+    from judge.service.metrics import Metrics
     from judge.service.settings import ServerSettings
-    from judge.service.store import MemoryStore, RedisStore, SessionStore
+    from judge.service.store import (
+        MemoryStore,
+        RedisStore,
+        SessionStore,
+        StoreError,
+        store_from_settings,
+    )
 
-__all__ = ["MemoryStore", "RedisStore", "ServerSettings", "SessionStore", "create_app"]
+# The service's public front: what the CLI and the integrations build on, so none of them
+# reaches into its modules.
+__all__ = [
+    "MemoryStore",
+    "Metrics",
+    "RedisStore",
+    "ServerSettings",
+    "SessionStore",
+    "StoreError",
+    "create_app",
+    "store_from_settings",
+]
 
 _HOMES = {
     "create_app": "judge.service.app",
@@ -22,6 +40,9 @@ _HOMES = {
     "MemoryStore": "judge.service.store",
     "RedisStore": "judge.service.store",
     "SessionStore": "judge.service.store",
+    "StoreError": "judge.service.store",
+    "store_from_settings": "judge.service.store",
+    "Metrics": "judge.service.metrics",
 }
 
 
