@@ -11,6 +11,7 @@ import anyio
 
 from judge.errors import JudgeError
 from judge.llm._litellm import ModelReply
+from judge.testing import AgentHistory
 
 
 def answer(confidence: float, analysis: str = "scripted") -> str:
@@ -95,69 +96,71 @@ def looping_history(
     return history
 
 
-class LiveAgent:
-    """A history grown the way an agent grows it, in either wire format, with the tracker
-    asked at the start of every turn and its recovery message appended when it flags.
+class Agent(AgentHistory):
+    """The tests' one history builder: `judge.testing.AgentHistory` plus what some tests need.
 
-    ``fmt="anthropic"`` writes ``tool_use`` / ``tool_result`` content blocks instead of
-    OpenAI ``tool_calls`` and ``tool`` messages.
+    The defaults give the detector tests' conversation (a generic agent, assistant calls
+    with ``""`` content); `live_agent` gives the support agent that asks its tracker every
+    turn. Extras over `AgentHistory`: ``text`` on a call (the assistant's words beside it,
+    OpenAI format), ``name`` on `say`, `parallel` calls in one assistant message, and
+    ``history`` as another name for ``messages``. Messages are appended by
+    `AgentHistory.call` alone; the extras only adjust what it appended.
     """
 
     def __init__(
-        self, tracker: Any, *, task: str = "Where is my order?", fmt: str = "openai"
+        self,
+        tracker: Any = None,
+        *,
+        task: str = "Do the task.",
+        system: str = "You are an agent.",
+        fmt: str = "openai",
+        call_content: str | None = "",
     ) -> None:
-        self.tracker = tracker
-        self.fmt = fmt
-        self.history: list[dict[str, Any]] = [
-            {"role": "system", "content": "You are a support agent."},
-            {"role": "user", "content": task},
-        ]
-        self.verdicts: list[Any] = []
-        self._n = 0
+        super().__init__(tracker, task=task, system=system, fmt=fmt)
+        self.call_content = call_content
 
-    def _call_id(self) -> str:
-        self._n += 1
-        return f"call_{self._n}"
+    @property
+    def history(self) -> list[dict[str, Any]]:
+        return self.messages
 
-    def call(self, name: str, args: dict[str, Any], result: str, *, is_error: bool = False) -> None:
-        cid = self._call_id()
-        if self.fmt == "anthropic":
-            self.history.append(
-                {
-                    "role": "assistant",
-                    "content": [{"type": "tool_use", "id": cid, "name": name, "input": args}],
-                }
-            )
-            block: dict[str, Any] = {"type": "tool_result", "tool_use_id": cid, "content": result}
-            if is_error:
-                block["is_error"] = True
-            self.history.append({"role": "user", "content": [block]})
-            return
-        self.history.append(
-            {
-                "role": "assistant",
-                "content": None,
-                "tool_calls": [
-                    {
-                        "id": cid,
-                        "type": "function",
-                        "function": {"name": name, "arguments": json.dumps(args)},
-                    }
-                ],
-            }
-        )
-        self.history.append({"role": "tool", "tool_call_id": cid, "content": result})
+    def call(
+        self,
+        name: str,
+        arguments: dict[str, Any],
+        result: str,
+        text: str | None = None,
+        *,
+        is_error: bool = False,
+    ) -> None:
+        """One assistant tool call and its result; ``text`` replaces ``call_content``."""
+        content = self.call_content if text is None else text
+        if self.fmt == "anthropic" and content is not None:
+            raise ValueError("text beside a call is only written in the OpenAI format")
+        super().call(name, arguments, result, is_error=is_error)
+        if content is not None:
+            self.messages[-2]["content"] = content
 
-    def say(self, text: str) -> None:
-        self.history.append({"role": "assistant", "content": text})
+    def parallel(self, calls: list[tuple[str, dict[str, Any], str]]) -> None:
+        """Several calls in one assistant message, then their results in order."""
+        if self.fmt != "openai" or not calls:
+            raise ValueError("parallel calls need the OpenAI format and at least one call")
+        start = len(self.messages)
+        for name, arguments, result in calls:
+            self.call(name, arguments, result)
+        appended = self.messages[start:]
+        del self.messages[start:]
+        assistant, results = appended[0], appended[1::2]
+        assistant["tool_calls"] = [c for m in appended[0::2] for c in m["tool_calls"]]
+        self.messages += [assistant, *results]
 
-    def user(self, text: str) -> None:
-        self.history.append({"role": "user", "content": text})
+    def say(self, text: str, name: str | None = None) -> None:
+        """An assistant message without a call, from the speaker ``name`` when given."""
+        super().say(text)
+        if name:
+            self.messages[-1]["name"] = name
 
-    async def turn(self) -> Any:
-        """``turn_started``, then what the README tells agents to do with a loop verdict."""
-        verdict = await self.tracker.turn_started(self.history)
-        self.verdicts.append(verdict)
-        if verdict:
-            self.user(verdict.recovery_message)
-        return verdict
+
+def live_agent(tracker: Any, *, task: str = "Where is my order?", fmt: str = "openai") -> Agent:
+    """A support agent's history, asking ``tracker`` at the start of every turn (`turn`) and
+    appending its recovery message when it flags; assistant calls carry no text."""
+    return Agent(tracker, task=task, system="You are a support agent.", fmt=fmt, call_content=None)

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from judge.cli import EXIT_NO_LOOP, EXIT_STOP, EXIT_USAGE, EXIT_WARN, main
-from tests.test_detectors import Agent
+from tests.fakes import Agent
 
 RECORDED = Path(__file__).resolve().parent.parent / "evals/data/recorded/react_webshop"
 

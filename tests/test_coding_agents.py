@@ -15,7 +15,7 @@ from judge import LoopKind, LoopTracker, TrackerConfig
 from judge.detectors.edits import modifies_files
 from judge.detectors.outcome import Outcome, classify
 from judge.history import normalize_message
-from tests.fakes import LiveAgent
+from tests.fakes import Agent, live_agent
 
 pytestmark = pytest.mark.anyio
 
@@ -32,7 +32,7 @@ REPRO = {"command": "cd /testbed && python reproduce_issue.py"}
 BUG = shell(1, "Traceback (most recent call last):\n  File ...\nAssertionError: still wrong")
 
 
-async def run(agent: LiveAgent) -> Any:
+async def run(agent: Agent) -> Any:
     """One turn; the verdict without appending its recovery message (replay-style)."""
     verdict = await agent.tracker.turn_started(agent.history)
     agent.verdicts.append(verdict)
@@ -91,7 +91,7 @@ def test_which_calls_change_files(name: str, args: dict[str, Any], modifies: boo
 
 
 async def test_rerunning_the_repro_after_each_new_edit_is_not_a_loop() -> None:
-    agent = LiveAgent(tracker())
+    agent = live_agent(tracker())
     for i in range(6):
         agent.call("bash", {"command": f"sed -i 's/v{i}/v{i + 1}/' src/app.py"}, shell(0, ""))
         assert not await run(agent)
@@ -100,7 +100,7 @@ async def test_rerunning_the_repro_after_each_new_edit_is_not_a_loop() -> None:
 
 
 async def test_rerunning_the_repro_with_nothing_changed_is_a_loop() -> None:
-    agent = LiveAgent(tracker())
+    agent = live_agent(tracker())
     verdicts = []
     for i in range(4):
         agent.call("bash", {"command": f"grep -n 'v{i}' src/app.py"}, shell(0, f"{i}: v{i}"))
@@ -111,14 +111,14 @@ async def test_rerunning_the_repro_with_nothing_changed_is_a_loop() -> None:
 
 
 async def test_edits_that_print_nothing_are_not_the_same_result() -> None:
-    agent = LiveAgent(tracker())
+    agent = live_agent(tracker())
     for i in range(6):
         agent.call("bash", {"command": f"sed -i '{i}d' src/app.py"}, shell(0, ""))
         assert not await run(agent)
 
 
 async def test_reasoning_that_returns_to_a_clause_is_not_degenerate() -> None:
-    agent = LiveAgent(tracker())
+    agent = live_agent(tracker())
     agent.say(
         "The first branch handles None, that's fine. The second one converts the unit "
         "before comparing, that's fine. The cache key includes the tz, that's fine. So "
@@ -131,7 +131,7 @@ async def test_reasoning_that_returns_to_a_clause_is_not_degenerate() -> None:
 
 
 async def test_a_question_asked_beside_each_experiment_is_thinking_aloud() -> None:
-    agent = LiveAgent(tracker())
+    agent = live_agent(tracker())
     for i in range(5):
         agent.history.append(
             {
@@ -159,7 +159,7 @@ async def test_a_question_asked_beside_each_experiment_is_thinking_aloud() -> No
 
 
 async def test_the_same_edit_refused_again_and_again_is_a_loop() -> None:
-    agent = LiveAgent(tracker())
+    agent = live_agent(tracker())
     verdicts = []
     for i in range(4):
         old = f"    if is_relation:\n        rel_{i} = 1"
@@ -180,7 +180,7 @@ async def test_the_same_edit_refused_again_and_again_is_a_loop() -> None:
 
 
 async def test_a_new_successful_edit_between_refusals_resets_them() -> None:
-    agent = LiveAgent(tracker())
+    agent = live_agent(tracker())
     for i in range(4):
         agent.call(
             "str_replace_editor",
@@ -197,7 +197,7 @@ async def test_a_new_successful_edit_between_refusals_resets_them() -> None:
 
 
 async def test_harness_nudges_that_differ_only_in_numbers_are_a_loop() -> None:
-    agent = LiveAgent(tracker())
+    agent = live_agent(tracker())
     verdicts = []
     replies = [
         "THOUGHT: list the files first.\n```bash\nls\n```\nthen\n```bash\npwd\n```",
@@ -218,7 +218,7 @@ async def test_harness_nudges_that_differ_only_in_numbers_are_a_loop() -> None:
 
 
 async def test_nudges_with_new_edits_between_are_isolated_mistakes() -> None:
-    agent = LiveAgent(tracker())
+    agent = live_agent(tracker())
     for n in range(3):
         agent.say("THOUGHT: two blocks by mistake")
         agent.user(f"Please always provide EXACTLY ONE action in triple backticks, found {n}.")
@@ -228,7 +228,7 @@ async def test_nudges_with_new_edits_between_are_isolated_mistakes() -> None:
 
 
 async def test_edits_that_never_move_the_test_result_are_a_loop() -> None:
-    agent = LiveAgent(tracker())
+    agent = live_agent(tracker())
     verdicts = []
     for i in range(7):
         agent.call(
@@ -247,7 +247,7 @@ async def test_edits_that_never_move_the_test_result_are_a_loop() -> None:
 
 
 async def test_edits_whose_test_result_moves_are_progress() -> None:
-    agent = LiveAgent(tracker())
+    agent = live_agent(tracker())
     for i in range(8):
         agent.call(
             "str_replace_editor",
@@ -265,7 +265,7 @@ async def test_edits_whose_test_result_moves_are_progress() -> None:
 
 
 async def test_a_test_run_flip_flopping_between_two_errors_is_a_loop() -> None:
-    agent = LiveAgent(tracker())
+    agent = live_agent(tracker())
     errors = ["ImportError: cannot import name 'Session'", "NameError: name 'Session'"]
     verdicts = []
     for i in range(5):

@@ -12,7 +12,7 @@ from pydantic import ValidationError
 
 from judge import Action, LoopTracker, TrackerConfig, Verdict
 from judge.evaluation.replay import assistant_turn_ends
-from tests.test_detectors import Agent
+from tests.fakes import Agent
 
 pytestmark = pytest.mark.anyio
 

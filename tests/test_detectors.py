@@ -15,60 +15,7 @@ from judge.detectors.base import Finding
 from judge.detectors.outcome import Outcome, classify, result_key
 from judge.detectors.suite import Assessment, combine
 from judge.detectors.text_repetition import degenerate
-
-TASK = [
-    {"role": "system", "content": "You are an agent."},
-    {"role": "user", "content": "Do the task."},
-]
-
-
-class Agent:
-    """Builds a history call by call, the way an agent appends to it."""
-
-    def __init__(self) -> None:
-        self.history: list[dict[str, Any]] = list(TASK)
-        self._n = 0
-
-    def call(self, name: str, args: dict[str, Any], result: str, text: str = "") -> None:
-        self._n += 1
-        cid = f"call_{self._n}"
-        self.history.append(
-            {
-                "role": "assistant",
-                "content": text,
-                "tool_calls": [
-                    {
-                        "id": cid,
-                        "type": "function",
-                        "function": {"name": name, "arguments": json.dumps(args)},
-                    }
-                ],
-            }
-        )
-        self.history.append({"role": "tool", "tool_call_id": cid, "content": result})
-
-    def parallel(self, calls: list[tuple[str, dict[str, Any], str]]) -> None:
-        ids = []
-        tool_calls = []
-        for name, args, _ in calls:
-            self._n += 1
-            ids.append(f"call_{self._n}")
-            tool_calls.append(
-                {
-                    "id": ids[-1],
-                    "type": "function",
-                    "function": {"name": name, "arguments": json.dumps(args)},
-                }
-            )
-        self.history.append({"role": "assistant", "content": "", "tool_calls": tool_calls})
-        for cid, (_, _, result) in zip(ids, calls, strict=True):
-            self.history.append({"role": "tool", "tool_call_id": cid, "content": result})
-
-    def say(self, text: str) -> None:
-        self.history.append({"role": "assistant", "content": text})
-
-    def user(self, text: str) -> None:
-        self.history.append({"role": "user", "content": text})
+from tests.fakes import Agent
 
 
 def replay(agent: Agent, **config: Any) -> list[Verdict]:

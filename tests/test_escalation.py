@@ -18,7 +18,7 @@ from judge.response.ladder import (
     RecoveryLevel,
 )
 from judge.trajectories.importers import load_trajectory
-from tests.test_detectors import Agent
+from tests.fakes import Agent
 
 RECORDED = Path(__file__).resolve().parent.parent / "evals/data/recorded/react_webshop"
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 from typing import Any
 
@@ -12,13 +11,9 @@ from pydantic import ValidationError
 from judge import LoopKind, LoopTracker, TrackerConfig, Verdict
 from judge.detectors import stream, text_repetition
 from judge.detectors.outcome import Outcome, classify
+from tests.fakes import Agent
 
 pytestmark = pytest.mark.anyio
-
-TASK = [
-    {"role": "system", "content": "You are an agent."},
-    {"role": "user", "content": "Do the task."},
-]
 
 
 @pytest.fixture(autouse=True)
@@ -27,41 +22,6 @@ def _no_env(monkeypatch: pytest.MonkeyPatch) -> None:
     for name in list(os.environ):
         if name.startswith("LOOP_JUDGE_"):
             monkeypatch.delenv(name)
-
-
-class Agent:
-    """Builds a history message by message, the way an agent appends to it."""
-
-    def __init__(self) -> None:
-        self.history: list[dict[str, Any]] = list(TASK)
-        self._n = 0
-
-    def call(self, name: str, args: dict[str, Any], result: str, text: str = "") -> None:
-        self._n += 1
-        cid = f"call_{self._n}"
-        self.history.append(
-            {
-                "role": "assistant",
-                "content": text,
-                "tool_calls": [
-                    {
-                        "id": cid,
-                        "type": "function",
-                        "function": {"name": name, "arguments": json.dumps(args)},
-                    }
-                ],
-            }
-        )
-        self.history.append({"role": "tool", "tool_call_id": cid, "content": result})
-
-    def say(self, text: str, name: str | None = None) -> None:
-        msg: dict[str, Any] = {"role": "assistant", "content": text}
-        if name:
-            msg["name"] = name
-        self.history.append(msg)
-
-    def user(self, text: str) -> None:
-        self.history.append({"role": "user", "content": text})
 
 
 async def replay(agent: Agent, **config: Any) -> list[Verdict]:

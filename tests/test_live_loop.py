@@ -13,7 +13,7 @@ import pytest
 
 from judge import Action, HistoryError, LoopKind, LoopTracker, TrackerConfig
 from judge.history import normalize_history
-from tests.fakes import FakeClient, LiveAgent, answer
+from tests.fakes import Agent, FakeClient, answer, live_agent
 
 pytestmark = pytest.mark.anyio
 
@@ -26,7 +26,7 @@ def tracker(**cfg: Any) -> LoopTracker:
     return LoopTracker(TrackerConfig(semantic="off", **cfg))
 
 
-async def fall_into_loop(agent: LiveAgent) -> Any:
+async def fall_into_loop(agent: Agent) -> Any:
     """Four identical lookups with the same answer: flagged on the 4th (limit 3)."""
     for _ in range(3):
         agent.call("testTool", ORDER, SHIPPED)
@@ -42,7 +42,7 @@ async def fall_into_loop(agent: LiveAgent) -> Any:
 
 @pytest.mark.parametrize("fmt", ["openai", "anthropic"])
 async def test_an_agent_that_obeys_is_not_flagged_again(fmt: str) -> None:
-    agent = LiveAgent(tracker(), fmt=fmt)
+    agent = live_agent(tracker(), fmt=fmt)
     await fall_into_loop(agent)
     agent.say("Your order 7 has shipped with 2 items.")
     assert not await agent.turn()
@@ -54,7 +54,7 @@ async def test_an_agent_that_obeys_is_not_flagged_again(fmt: str) -> None:
 
 
 async def test_new_distinct_work_after_the_flag_is_never_flagged_and_counts_as_recovery() -> None:
-    agent = LiveAgent(tracker())
+    agent = live_agent(tracker())
     await fall_into_loop(agent)
     agent.say("Plan: stop re-reading order 7; check the carrier, then answer.")
     assert not await agent.turn()
@@ -66,7 +66,7 @@ async def test_new_distinct_work_after_the_flag_is_never_flagged_and_counts_as_r
 
 
 async def test_the_ladder_climbs_only_when_the_loop_comes_back() -> None:
-    agent = LiveAgent(tracker())
+    agent = live_agent(tracker())
     await fall_into_loop(agent)
     agent.say("Understood, I will not look it up again.")
     assert not await agent.turn()
@@ -81,7 +81,7 @@ async def test_a_flag_never_repeats_while_the_evidence_does_not_grow() -> None:
     """An agent that does not append the recovery message: the same evidence, asked
     again, is not a second detection."""
     t = tracker()
-    agent = LiveAgent(t)
+    agent = live_agent(t)
     for _ in range(4):
         agent.call("testTool", ORDER, SHIPPED)
     assert await t.turn_started(agent.history)
@@ -96,7 +96,7 @@ async def test_the_judge_reads_only_what_came_after_its_flag() -> None:
         TrackerConfig(semantic="off", fast_model=FAST, check_after_turns=3, early_checks=False),
         client=client,
     )
-    agent = LiveAgent(t)
+    agent = live_agent(t)
     for i in range(3):
         agent.call(f"read_{i}", {"page": i}, f"before-flag content {i}")
         last = await agent.turn()
@@ -118,7 +118,7 @@ async def test_a_judge_loop_recovers_only_when_a_later_check_says_so() -> None:
         TrackerConfig(semantic="off", fast_model=FAST, check_after_turns=3, early_checks=False),
         client=client,
     )
-    agent = LiveAgent(t)
+    agent = live_agent(t)
     for i in range(20):
         agent.call(f"read_{i}", {"page": i}, f"content {i}")
         await agent.turn()
@@ -135,7 +135,7 @@ async def test_a_clean_check_after_a_judge_flag_is_a_recovery() -> None:
         TrackerConfig(semantic="off", fast_model=FAST, check_after_turns=3, early_checks=False),
         client=client,
     )
-    agent = LiveAgent(t)
+    agent = live_agent(t)
     for i in range(20):
         agent.call(f"read_{i}", {"page": i}, f"content {i}")
         await agent.turn()
@@ -148,7 +148,7 @@ async def test_a_judge_loop_takes_the_kind_of_the_signal_under_it() -> None:
         TrackerConfig(semantic="off", fast_model=FAST, check_after_turns=2, early_checks=False),
         client=client,
     )
-    agent = LiveAgent(t)
+    agent = live_agent(t)
     agent.call("read", {"page": 1}, "a")
     await agent.turn()
     agent.call("testTool", ORDER, SHIPPED)
@@ -162,7 +162,7 @@ async def test_a_judge_loop_takes_the_kind_of_the_signal_under_it() -> None:
 
 
 async def test_override_silences_the_preflight_check() -> None:
-    agent = LiveAgent(tracker())
+    agent = live_agent(tracker())
     verdict = await fall_into_loop(agent)
     assert agent.tracker.check_call("testTool", ORDER).looping
     agent.tracker.override(verdict, "the customer asked us to keep checking")
@@ -172,7 +172,7 @@ async def test_override_silences_the_preflight_check() -> None:
 
 async def test_override_silences_streaming() -> None:
     t = tracker()
-    agent = LiveAgent(t)
+    agent = live_agent(t)
     chant = "I will check the order status now. " * 8
     agent.say(chant)
     verdict = await t.turn_started(agent.history)
@@ -207,7 +207,7 @@ async def test_react_observations_in_user_messages_keep_counting_turns() -> None
 @pytest.mark.parametrize("fmt", ["anthropic", "atif"])
 async def test_results_in_the_user_role_keep_counting_turns(fmt: str) -> None:
     t, client = judged()
-    agent = LiveAgent(t, fmt="anthropic" if fmt == "anthropic" else "openai")
+    agent = live_agent(t, fmt="anthropic" if fmt == "anthropic" else "openai")
     for i in range(32):
         if fmt == "atif":  # observations the ATIF reader could not tie to a call
             agent.say(f"Running step {i}")
@@ -221,7 +221,7 @@ async def test_results_in_the_user_role_keep_counting_turns(fmt: str) -> None:
 async def test_a_repeated_corrective_message_is_not_a_prompt_and_is_a_loop() -> None:
     t = tracker()
     nudge = "Please always provide EXACTLY ONE action in triple backticks."
-    agent = LiveAgent(t)
+    agent = live_agent(t)
     agent.say("I think we should look at the file first, then decide.")
     await t.turn_started(agent.history)
     verdicts = []
@@ -236,7 +236,7 @@ async def test_a_repeated_corrective_message_is_not_a_prompt_and_is_a_loop() -> 
 
 async def test_a_persons_new_prompt_still_restarts_the_count() -> None:
     t = tracker()
-    agent = LiveAgent(t)
+    agent = live_agent(t)
     for i in range(3):
         agent.call("read", {"page": i}, f"content {i}")
         await t.turn_started(agent.history)
@@ -290,7 +290,7 @@ def test_anthropic_blocks_become_calls_and_results() -> None:
 
 async def test_anthropic_is_error_makes_a_failure_loop() -> None:
     t = tracker()
-    agent = LiveAgent(t, fmt="anthropic")
+    agent = live_agent(t, fmt="anthropic")
     verdicts = []
     for _ in range(3):
         agent.call("deploy", {"env": "prod"}, "0 rows affected", is_error=True)
@@ -338,7 +338,7 @@ async def test_a_sliding_window_history_still_flags_a_relapse() -> None:
     """The agent sends the system message and its last 12 messages each turn: every turn
     is a rewrite. A flag must not make the rest of the session look answered."""
     t = tracker()
-    full = LiveAgent(t).history[:2]
+    full = live_agent(t).history[:2]
     flags = []
     for i in range(20):
         cid = f"c{i}"
@@ -364,7 +364,7 @@ async def test_a_sliding_window_history_still_flags_a_relapse() -> None:
 
 async def test_a_verdict_answers_every_finding_standing_at_that_moment() -> None:
     t = tracker()
-    agent = LiveAgent(t)
+    agent = live_agent(t)
     nudge = "Your last command failed. Please try a different approach."
     for _ in range(3):
         agent.call("deploy", {"env": "prod"}, "Error: deploy failed")
@@ -377,7 +377,7 @@ async def test_a_verdict_answers_every_finding_standing_at_that_moment() -> None
 
 async def test_a_long_run_of_the_same_error_keeps_being_flagged() -> None:
     t = tracker()
-    agent = LiveAgent(t)
+    agent = live_agent(t)
     flagged = []
     for i in range(14):
         agent.call("run_script", {"name": f"fix_{i}.sh"}, "Error: permission denied")
@@ -387,7 +387,7 @@ async def test_a_long_run_of_the_same_error_keeps_being_flagged() -> None:
 
 async def test_screenshots_are_not_the_same_result() -> None:
     t = tracker()
-    agent = LiveAgent(t, fmt="anthropic")
+    agent = live_agent(t, fmt="anthropic")
     for i in range(8):
         cid = f"tu_{i}"
         agent.history.append(
@@ -422,7 +422,7 @@ async def test_screenshots_are_not_the_same_result() -> None:
 
 async def test_the_same_short_reply_to_different_notes_is_not_a_loop() -> None:
     t = tracker()
-    agent = LiveAgent(t)
+    agent = live_agent(t)
     for i in range(7):
         agent.user(f"Please note that meeting number {i} moved to room {i + 100}.")
         agent.say("Got it, noted.")
@@ -444,7 +444,7 @@ async def test_the_same_observation_after_different_actions_is_not_a_loop() -> N
 
 async def test_override_silences_a_streamed_word_stutter() -> None:
     t = tracker()
-    agent = LiveAgent(t)
+    agent = live_agent(t)
     agent.say("Let me try " + "again " * 12 + "later.")
     verdict = await t.turn_started(agent.history)
     assert verdict

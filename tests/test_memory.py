@@ -11,8 +11,7 @@ import pytest
 from judge import LoopTracker, TrackerConfig, Verdict
 from judge.evaluation.replay import assistant_turn_ends
 from judge.response.memory import LoopMemory
-from tests.fakes import FakeClient, answer
-from tests.test_detectors import Agent
+from tests.fakes import Agent, FakeClient, answer
 
 SECRET = "sk-live-4f9Qz8WmXc2TnB7vR1yLpK0aHs"  # an API key in the call's arguments
 UNIQUE_ARG = "zebra-quartz-7731-marmalade"  # a value that must never be persisted

@@ -9,7 +9,8 @@ from judge.detectors.semantic_repeat import request_text
 from judge.detectors.steps import StepBuilder
 from judge.detectors.suite import default_detectors
 from judge.history import normalize_history
-from tests.test_detectors import Agent, first_flag, replay
+from tests.fakes import Agent
+from tests.test_detectors import first_flag, replay
 
 embeddings = pytest.importorskip("judge.detectors.embeddings")
 pytestmark = pytest.mark.skipif(

@@ -12,7 +12,7 @@ from judge._codec import StateError, decode, encode
 from judge.detectors.suite import DetectorSuite
 from judge.history import normalize_history
 from judge.trajectories.dataset import load_dataset
-from tests.test_detectors import Agent
+from tests.fakes import Agent
 
 SMOKE = Path(__file__).resolve().parent.parent / "evals" / "data"
 

@@ -13,8 +13,7 @@ import pytest
 from judge import LoopTracker, TrackerConfig, Verdict
 from judge.evaluation.replay import assistant_turn_ends
 from judge.response.telemetry import Telemetry
-from tests.fakes import FakeClient, answer, looping_history
-from tests.test_detectors import Agent
+from tests.fakes import Agent, FakeClient, answer, looping_history
 
 FAST, CONFIRM = "openai/fast", "openai/confirm"
 
