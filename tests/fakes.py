@@ -66,45 +66,15 @@ async def hang() -> str:
     raise AssertionError("unreachable")
 
 
-def looping_history(
-    n_turns: int, *, task: str = "Find the weather in Lima"
-) -> list[dict[str, Any]]:
-    """A history with ``n_turns`` assistant turns, each a different read (no heuristic loop)."""
-    history: list[dict[str, Any]] = [
-        {"role": "system", "content": "You are a helpful agent."},
-        {"role": "user", "content": task},
-    ]
-    for i in range(n_turns):
-        call_id = f"call_{i}"
-        history.append(
-            {
-                "role": "assistant",
-                "content": f"step {i}",
-                "tool_calls": [
-                    {
-                        "id": call_id,
-                        "type": "function",
-                        "function": {
-                            "name": "read_file",
-                            "arguments": json.dumps({"path": f"f{i}.txt"}),
-                        },
-                    }
-                ],
-            }
-        )
-        history.append({"role": "tool", "tool_call_id": call_id, "content": f"content {i}"})
-    return history
-
-
 class Agent(AgentHistory):
     """The tests' one history builder: `judge.testing.AgentHistory` plus what some tests need.
 
     The defaults give the detector tests' conversation (a generic agent, assistant calls
     with ``""`` content); `live_agent` gives the support agent that asks its tracker every
     turn. Extras over `AgentHistory`: ``text`` on a call (the assistant's words beside it,
-    OpenAI format), ``name`` on `say`, `parallel` calls in one assistant message, and
-    ``history`` as another name for ``messages``. Messages are appended by
-    `AgentHistory.call` alone; the extras only adjust what it appended.
+    OpenAI format), ``name`` on `say`, `parallel` calls in one assistant message, call ids
+    from ``first_call``, and ``history`` as another name for ``messages``. Messages are
+    appended by `AgentHistory.call` alone; the extras only adjust what it appended.
     """
 
     def __init__(
@@ -115,9 +85,11 @@ class Agent(AgentHistory):
         system: str = "You are an agent.",
         fmt: str = "openai",
         call_content: str | None = "",
+        first_call: int = 1,
     ) -> None:
         super().__init__(tracker, task=task, system=system, fmt=fmt)
         self.call_content = call_content
+        self._calls = first_call - 1  # AgentHistory numbers calls call_1, call_2, ...
 
     @property
     def history(self) -> list[dict[str, Any]]:
@@ -164,3 +136,14 @@ def live_agent(tracker: Any, *, task: str = "Where is my order?", fmt: str = "op
     """A support agent's history, asking ``tracker`` at the start of every turn (`turn`) and
     appending its recovery message when it flags; assistant calls carry no text."""
     return Agent(tracker, task=task, system="You are a support agent.", fmt=fmt, call_content=None)
+
+
+def looping_history(
+    n_turns: int, *, task: str = "Find the weather in Lima"
+) -> list[dict[str, Any]]:
+    """A history with ``n_turns`` assistant turns, each a different read (no heuristic loop);
+    call ids from ``call_0``."""
+    agent = Agent(task=task, system="You are a helpful agent.", first_call=0)
+    for i in range(n_turns):
+        agent.call("read_file", {"path": f"f{i}.txt"}, f"content {i}", text=f"step {i}")
+    return agent.history
