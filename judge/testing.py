@@ -226,7 +226,9 @@ class AgentHistory:
         task: str = "Where is my order?",
         system: str = "You are a helpful agent.",
         fmt: str = "openai",
+        first_call: int = 1,
     ) -> None:
+        """``first_call`` numbers the call ids (``call_1``, ``call_2``, ... by default)."""
         if fmt not in ("openai", "anthropic"):
             raise ValueError(f"fmt must be 'openai' or 'anthropic', got {fmt!r}")
         self.tracker = tracker
@@ -236,7 +238,7 @@ class AgentHistory:
             {"role": "user", "content": task},
         ]
         self.verdicts: list[Any] = []
-        self._calls = 0
+        self._calls = first_call - 1
 
     def _call_id(self) -> str:
         self._calls += 1

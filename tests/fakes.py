@@ -87,9 +87,8 @@ class Agent(AgentHistory):
         call_content: str | None = "",
         first_call: int = 1,
     ) -> None:
-        super().__init__(tracker, task=task, system=system, fmt=fmt)
+        super().__init__(tracker, task=task, system=system, fmt=fmt, first_call=first_call)
         self.call_content = call_content
-        self._calls = first_call - 1  # AgentHistory numbers calls call_1, call_2, ...
 
     @property
     def history(self) -> list[dict[str, Any]]:
