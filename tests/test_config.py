@@ -87,3 +87,15 @@ def test_min_above_max_names_both() -> None:
 def test_unknown_keyword_is_rejected() -> None:
     with pytest.raises(ValidationError, match="confidence_treshold"):
         TrackerConfig(confidence_treshold=0.5)  # type: ignore[call-arg]
+
+
+# -- a model_overrides block that switches preset ----------------------------------------
+
+
+def test_block_preset_replaces_every_value_of_the_base_preset() -> None:
+    config = TrackerConfig(preset="conservative", model_overrides={"x*": {"preset": "balanced"}})
+    assert config.for_model("x1").recur_min == TrackerConfig(preset="balanced").recur_min
+    explicit = TrackerConfig(
+        preset="conservative", recur_min=7, model_overrides={"x*": {"preset": "balanced"}}
+    )
+    assert explicit.for_model("x1").recur_min == 7

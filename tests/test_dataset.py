@@ -5,10 +5,18 @@ from __future__ import annotations
 import json
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from judge.trajectories.dataset import KINDS, ImportProblem, Labels, Trajectory, load_dataset
+from judge.trajectories.dataset import (
+    KINDS,
+    ImportProblem,
+    Labels,
+    Trajectory,
+    iter_trajectory_files,
+    load_dataset,
+)
 
 REPO = Path(__file__).resolve().parent.parent
 EVAL_DATA = REPO / "evals" / "data"
@@ -113,3 +121,14 @@ def test_all_shared_recorded_files_load() -> None:
     trajectories, problems = load_dataset(files)
     assert problems == []
     assert len(trajectories) == 200
+
+
+# -- one directory walker for trajectory files -------------------------------------------
+
+
+def test_trajectory_files_are_walked_sorted(tmp_path: Any) -> None:
+    (tmp_path / "b").mkdir()
+    for name in ("b/2.json", "1.jsonl", "x.txt", "b/0.traj"):
+        (tmp_path / name).write_text("{}")
+    found = [p.relative_to(tmp_path).as_posix() for p in iter_trajectory_files([tmp_path])]
+    assert found == ["1.jsonl", "b/0.traj", "b/2.json"]

@@ -15,9 +15,10 @@ from typing import Any
 import pytest
 from pydantic import BaseModel
 
-from judge import HistoryError, LoopTracker, TrackerConfig
+from judge import HistoryError, JudgeOutputError, LoopTracker, TrackerConfig
 from judge._prompts import read_text
-from judge.history import normalize_history
+from judge.history import canonical_arguments, normalize_history
+from judge.llm.assessment import parse_assessment
 from judge.llm.transcript import SYSTEM_PROMPT_FILE
 from tests.fakes import FakeClient, answer, looping_history
 
@@ -325,3 +326,58 @@ async def test_heuristics_catch_an_exact_loop_whatever_the_judge_says() -> None:
     assert not verdicts[0] and verdicts[0].confidence == 0.0  # the judge was fooled ...
     assert verdicts[2] and verdicts[2].source == "heuristic:exact_repeat"  # ... not us
     assert verdicts[2].judge_calls == []
+
+
+# -- deeply nested JSON is odd but valid input, never a RecursionError --------------------
+
+
+def test_deeply_nested_string_arguments_are_read_as_text() -> None:
+    canonical, parsed = canonical_arguments("[" * 100_000)
+    assert parsed is None and canonical.startswith("[[[")
+
+
+def test_deeply_nested_object_arguments_are_read_as_text() -> None:
+    outer: list[Any] = []
+    inner = outer
+    for _ in range(100_000):
+        inner.append([])
+        inner = inner[0]
+    canonical, parsed = canonical_arguments(outer)
+    assert parsed is None and "nested too deeply" in canonical
+
+
+@pytest.mark.anyio
+async def test_deeply_nested_tool_arguments_do_not_crash_the_turn() -> None:
+    history = [
+        {"role": "user", "content": "go"},
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {
+                    "id": "c1",
+                    "type": "function",
+                    "function": {"name": "f", "arguments": "[" * 100_000},
+                }
+            ],
+        },
+    ]
+    verdict = await LoopTracker(TrackerConfig()).turn_started(history)
+    assert not verdict
+
+
+def test_deeply_nested_judge_reply_is_an_output_error() -> None:
+    with pytest.raises(JudgeOutputError, match="nested too deeply"):
+        parse_assessment("[" * 100_000)
+
+
+@pytest.mark.anyio
+async def test_deeply_nested_judge_reply_is_a_failed_call_not_a_crash() -> None:
+    client = FakeClient({"fast": ['{"x": ' + "[" * 100_000]})
+    tracker = LoopTracker(TrackerConfig(fast_model="fast"), client=client)
+    history = looping_history(30)
+    verdict = None
+    for i in range(30):
+        verdict = await tracker.turn_started(history[: 4 + 2 * i])
+    assert verdict is not None and not verdict
+    assert verdict.judge_calls and verdict.judge_calls[0].error

@@ -7,6 +7,7 @@ reaction appended after it. Regression tests for the live-loop issue (defects 1-
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -462,3 +463,73 @@ def test_a_long_fence_marker_split_across_chunks_still_opens_and_closes() -> Non
     verdicts = [t.content_chunk(c) for c in chunks]
     assert not any(verdicts[:-1])  # the code block was read as code
     assert verdicts[-1]  # the prose after it is read again, and it repeats itself
+
+
+# -- the README's loop appends the recovery message as a user message ---------------------
+
+
+def _failing_call(i: int) -> list[dict[str, Any]]:
+    return [
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {
+                    "id": f"c{i}",
+                    "type": "function",
+                    "function": {"name": "run_tests", "arguments": "{}"},
+                }
+            ],
+        },
+        {"role": "tool", "tool_call_id": f"c{i}", "content": "Error: boom"},
+    ]
+
+
+@pytest.mark.anyio
+async def test_injected_recovery_message_is_not_a_new_prompt() -> None:
+    """Appending ``verdict.recovery_message`` as a user message (README example) must not
+    become the judge's task nor restart the turn count and the judge's schedule."""
+    client = FakeClient({"fast": [answer(0.1)]})
+    tracker = LoopTracker(TrackerConfig(fast_model="fast"), client=client)
+    history: list[dict[str, Any]] = [{"role": "user", "content": "TASK-MARKER fix app.py"}]
+    injected = 0
+    for i in range(6):
+        history += _failing_call(i)
+        verdict = await tracker.turn_started(history)
+        assert verdict.turn == i + 1 == tracker.turn
+        if verdict:
+            history.append({"role": "user", "content": verdict.recovery_message})
+            injected += 1
+    assert injected >= 2
+    # a real new prompt still restarts the count
+    history.append({"role": "user", "content": "now do something else"})
+    await tracker.turn_started(history)
+    assert tracker.turn == 1
+    # and the judge is told the user's task, not our recovery text
+    tracker = LoopTracker(TrackerConfig(fast_model="fast"), client=client)
+    history = [{"role": "user", "content": "TASK-MARKER fix app.py"}]
+    for i in range(4):
+        history += _failing_call(i)
+        verdict = await tracker.turn_started(history)
+        if verdict:
+            history.append({"role": "user", "content": verdict.recovery_message})
+    for i in range(4, 40):
+        history += [
+            {
+                "role": "assistant",
+                "content": f"step {i}",
+                "tool_calls": [
+                    {
+                        "id": f"r{i}",
+                        "type": "function",
+                        "function": {"name": "read_file", "arguments": json.dumps({"p": i})},
+                    }
+                ],
+            },
+            {"role": "tool", "tool_call_id": f"r{i}", "content": f"content {i}"},
+        ]
+        await tracker.turn_started(history)
+    assert client.requests, "the judge was never asked"
+    _, prompt = client.requests[-1]
+    task_part = prompt[1]["content"].split("<transcript>")[0]
+    assert "TASK-MARKER" in task_part and "LOOP DETECTED" not in task_part

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from judge import TrackerConfig
+from judge import LoopTracker, TrackerConfig
 from judge._codec import StateError, decode, encode
 from judge.detectors.suite import DetectorSuite
 from judge.history import normalize_history
@@ -138,3 +139,30 @@ def test_unreadable_state_is_a_clear_error() -> None:
         LoopTracker.from_state(config, state)
     with pytest.raises(ValidationError):
         LoopTracker.from_state(config, {"nonsense": 1})
+
+
+# -- a stored state that cannot be read is a StateError, so the server starts over --------
+
+
+@pytest.mark.parametrize(
+    "mutate",
+    [
+        lambda d: d["breaker"].update(state="bogus"),
+        lambda d: d["detectors"].update(findings={"$dict": [1, 2]}),
+    ],
+    ids=["unknown breaker state", "malformed tagged entry"],
+)
+def test_unreadable_state_is_a_state_error(mutate: Any) -> None:
+    from judge._codec import StateError
+    from judge.service.state import StateFormatError, dump_tracker, load_tracker
+    from judge.service.store import _load_or_fresh
+
+    config = TrackerConfig()
+    data = json.loads(dump_tracker(LoopTracker(config)))
+    mutate(data)
+    blob = json.dumps(data).encode()
+    with pytest.raises(StateError):
+        LoopTracker.from_state(config, data)
+    with pytest.raises(StateFormatError):
+        load_tracker(config, blob)
+    assert _load_or_fresh("s1", blob, config, None).turn == 0
