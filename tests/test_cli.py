@@ -153,3 +153,19 @@ def test_eval_exits_1_when_a_trajectory_crashes(
     data = _write_unlabelled(tmp_path / "data")
     assert main(["eval", str(data), "--out", str(tmp_path / "out")]) == 1
     assert "tracker bug" in capsys.readouterr().out
+
+
+def test_help_works_with_docstrings_stripped() -> None:
+    """``python -OO`` strips docstrings; the CLI must not build its help from them."""
+    import subprocess
+    import sys
+
+    for args in ([], ["eval"], ["check"], ["import"], ["serve"], ["demo"]):
+        done = subprocess.run(
+            [sys.executable, "-OO", "-m", "judge.cli", *args, "--help"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert done.returncode == 0, done.stderr
+        assert "usage: loop-judge" in done.stdout

@@ -55,8 +55,12 @@ __all__ = [
 ]
 
 
+# The --help line. A constant, not the docstring: ``python -OO`` strips docstrings.
+DESCRIPTION = "The ``loop-judge`` command line. The only module that imports rich."
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="loop-judge", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="loop-judge", description=DESCRIPTION)
     sub = parser.add_subparsers(dest="command", required=True)
     for command in (demo, evaluate, importer, serve, check):
         command.add_parser(sub)
