@@ -155,6 +155,7 @@ def test_eval_exits_1_when_a_trajectory_crashes(
     assert "tracker bug" in capsys.readouterr().out
 
 
+@pytest.mark.slow  # six interpreter starts
 def test_help_works_with_docstrings_stripped() -> None:
     """``python -OO`` strips docstrings; the CLI must not build its help from them."""
     import subprocess
