@@ -146,3 +146,11 @@ def looping_history(
     for i in range(n_turns):
         agent.call("read_file", {"path": f"f{i}.txt"}, f"content {i}", text=f"step {i}")
     return agent.history
+
+
+async def replay_turns(tracker: Any, history: list[dict[str, Any]]) -> list[Any]:
+    """``turn_started`` at each turn boundary of a finished history, the eval's own
+    boundaries (`judge.evaluation.replay.assistant_turn_ends`)."""
+    from judge.evaluation.replay import assistant_turn_ends
+
+    return [await tracker.turn_started(history[:end]) for end in assistant_turn_ends(history)]

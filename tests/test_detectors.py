@@ -15,26 +15,13 @@ from judge.detectors.base import Finding
 from judge.detectors.outcome import Outcome, classify, result_key
 from judge.detectors.suite import Assessment, combine
 from judge.detectors.text_repetition import degenerate
-from tests.fakes import Agent
+from tests.fakes import Agent, replay_turns
 
 
 def replay(agent: Agent, **config: Any) -> list[Verdict]:
     """turn_started at the start of every turn after an assistant message."""
     tracker = LoopTracker(TrackerConfig(**config))
-
-    async def run() -> list[Verdict]:
-        out = []
-        hist = agent.history
-        for i, msg in enumerate(hist):
-            if msg["role"] != "assistant":
-                continue
-            end = i + 1
-            while end < len(hist) and hist[end]["role"] == "tool":
-                end += 1
-            out.append(await tracker.turn_started(hist[:end]))
-        return out
-
-    return anyio.run(run)
+    return anyio.run(replay_turns, tracker, agent.history)
 
 
 def first_flag(verdicts: list[Verdict]) -> int | None:

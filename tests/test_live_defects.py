@@ -11,7 +11,7 @@ from pydantic import ValidationError
 from judge import LoopKind, LoopTracker, TrackerConfig, Verdict
 from judge.detectors import stream, text_repetition
 from judge.detectors.outcome import Outcome, classify
-from tests.fakes import Agent
+from tests.fakes import Agent, replay_turns
 
 pytestmark = pytest.mark.anyio
 
@@ -26,17 +26,7 @@ def _no_env(monkeypatch: pytest.MonkeyPatch) -> None:
 
 async def replay(agent: Agent, **config: Any) -> list[Verdict]:
     """turn_started at the start of every turn after an assistant message."""
-    tracker = LoopTracker(TrackerConfig(semantic="off", **config))
-    out = []
-    hist = agent.history
-    for i, msg in enumerate(hist):
-        if msg["role"] != "assistant":
-            continue
-        end = i + 1
-        while end < len(hist) and hist[end]["role"] == "tool":
-            end += 1
-        out.append(await tracker.turn_started(hist[:end]))
-    return out
+    return await replay_turns(LoopTracker(TrackerConfig(semantic="off", **config)), agent.history)
 
 
 def first_flag(verdicts: list[Verdict]) -> int | None:
