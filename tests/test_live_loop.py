@@ -38,6 +38,14 @@ async def fall_into_loop(agent: Agent) -> Any:
     return verdict
 
 
+def judge_at_turn_3(client: FakeClient) -> LoopTracker:
+    """A tracker whose judge (``client``) is first asked at turn 3, on schedule only."""
+    return LoopTracker(
+        TrackerConfig(semantic="off", fast_model=FAST, check_after_turns=3, early_checks=False),
+        client=client,
+    )
+
+
 # -- 1. a finding is tied to its evidence ------------------------------------------------------
 
 
@@ -93,10 +101,7 @@ async def test_a_flag_never_repeats_while_the_evidence_does_not_grow() -> None:
 
 async def test_the_judge_reads_only_what_came_after_its_flag() -> None:
     client = FakeClient({FAST: [answer(0.95, "circling")]})
-    t = LoopTracker(
-        TrackerConfig(semantic="off", fast_model=FAST, check_after_turns=3, early_checks=False),
-        client=client,
-    )
+    t = judge_at_turn_3(client)
     agent = live_agent(t)
     for i in range(3):
         agent.call(f"read_{i}", {"page": i}, f"before-flag content {i}")
@@ -115,10 +120,7 @@ async def test_the_judge_reads_only_what_came_after_its_flag() -> None:
 
 async def test_a_judge_loop_recovers_only_when_a_later_check_says_so() -> None:
     client = FakeClient({FAST: [answer(0.95, "circling"), answer(0.95, "still circling")]})
-    t = LoopTracker(
-        TrackerConfig(semantic="off", fast_model=FAST, check_after_turns=3, early_checks=False),
-        client=client,
-    )
+    t = judge_at_turn_3(client)
     agent = live_agent(t)
     for i in range(20):
         agent.call(f"read_{i}", {"page": i}, f"content {i}")
@@ -132,10 +134,7 @@ async def test_a_judge_loop_recovers_only_when_a_later_check_says_so() -> None:
 
 async def test_a_clean_check_after_a_judge_flag_is_a_recovery() -> None:
     client = FakeClient({FAST: [answer(0.95, "circling"), answer(0.1, "moving on")]})
-    t = LoopTracker(
-        TrackerConfig(semantic="off", fast_model=FAST, check_after_turns=3, early_checks=False),
-        client=client,
-    )
+    t = judge_at_turn_3(client)
     agent = live_agent(t)
     for i in range(20):
         agent.call(f"read_{i}", {"page": i}, f"content {i}")
