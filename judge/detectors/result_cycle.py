@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections import deque
+from typing import Any
 
 from judge.detectors.base import LOOP_SCORE, Event, Finding, near_miss, short
 from judge.detectors.outcome import Outcome
@@ -115,6 +116,33 @@ class ResultCycleDetector:
             },
         )
 
+    def _error_finding(
+        self,
+        step: Step,
+        *,
+        kind: LoopKind,
+        score: float,
+        evidence: tuple[int, ...],
+        summary: str,
+        pattern: str,
+        **details: Any,
+    ) -> Finding:
+        """A finding about ``step``'s error coming back (flip-flop, stuck, whack-a-mole)."""
+        return Finding(
+            detector=self.name,
+            kind=kind,
+            score=score,
+            evidence=evidence,
+            summary=f"{summary}: {short(step.result or '', 80)}",
+            pattern=pattern,
+            details={
+                "tool": step.call.name,
+                "result": short(step.result or "", 200),
+                "failing": True,
+                **details,
+            },
+        )
+
     def _flip(self, step: Step) -> bool:
         """The same call's last runs failing A, B, A, B, A (edits or not between)."""
         runs = [(k, i) for sig, k, i, _, _ in self._failures if sig == step.signature]
@@ -124,20 +152,15 @@ class ResultCycleDetector:
         a, b = runs[-1][0], runs[-2][0]
         if a == b or any(k != (a if n % 2 == 0 else b) for n, (k, _) in enumerate(reversed(runs))):
             return False
-        self._whack = Finding(
-            detector=self.name,
+        self._whack = self._error_finding(
+            step,
             kind=LoopKind.ERROR_CYCLE,
             score=LOOP_SCORE,
             evidence=tuple(i for _, i in runs),
             summary=f"{step.call.name} keeps flipping between the same two errors "
-            f"({FLIP_RUNS} runs): {short(step.result or '', 80)}",
+            f"({FLIP_RUNS} runs)",
             pattern=f"flip:{step.signature}",
-            details={
-                "tool": step.call.name,
-                "result": short(step.result or "", 200),
-                "failing": True,
-                "count": FLIP_RUNS,
-            },
+            count=FLIP_RUNS,
         )
         return True
 
@@ -150,21 +173,16 @@ class ResultCycleDetector:
         ]
         if len(same) < STUCK_FAILURES:
             return False
-        self._whack = Finding(
-            detector=self.name,
+        self._whack = self._error_finding(
+            step,
             kind=LoopKind.SIMILAR_RETRY,
             score=LOOP_SCORE,
             evidence=tuple(same[-2 * STUCK_FAILURES :]),
             summary=f"{step.call.name} failed the same way {len(same)}x with nothing changed "
-            f"in between: {short(step.result or '', 80)}",
+            "in between",
             pattern=f"stuck:{step.call.name}:{step.key}",
-            details={
-                "tool": step.call.name,
-                "result": short(step.result or "", 200),
-                "failing": True,
-                "count": len(same),
-                "limit": STUCK_FAILURES - 1,
-            },
+            count=len(same),
+            limit=STUCK_FAILURES - 1,
         )
         return True
 
@@ -199,17 +217,12 @@ class ResultCycleDetector:
             return
         # A, A, B, A: the error came back once but is now three strong; also a loop.
         looping = returns >= WHACK_RETURNS or len(evidence) >= WHACK_OCCURRENCES
-        self._whack = Finding(
-            detector=self.name,
+        self._whack = self._error_finding(
+            step,
             kind=LoopKind.ERROR_CYCLE,
             score=LOOP_SCORE if looping else near_miss(returns, WHACK_RETURNS),
             evidence=tuple(evidence),
             summary=f"whack-a-mole: the same {step.call.name} error came back {returns}x "
-            f"after other errors: {short(step.result or '', 80)}",
+            "after other errors",
             pattern=f"whack:{step.key}",
-            details={
-                "tool": step.call.name,
-                "result": short(step.result or "", 200),
-                "failing": True,
-            },
         )
