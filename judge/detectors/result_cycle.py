@@ -45,7 +45,6 @@ class ResultCycleDetector:
         "_streak_edits",
         "_signatures",
         "_evidence",
-        "_errors",
         "_whack",
         "_current",
         "_failures",
@@ -60,8 +59,8 @@ class ResultCycleDetector:
         self._streak_edits = 0
         self._signatures: dict[str, Step] = {}
         self._evidence: list[int] = []
-        self._errors: deque[tuple[str, str, Step]] = deque(maxlen=WHACK_WINDOW)
-        # (signature, result key, call index, tool, edit epoch) of recent failures
+        # (signature, result key, call index, tool, edit epoch) of recent errors: flip-flops
+        # and stuck errors read all of them, whack-a-mole the last WHACK_WINDOW
         self._failures: deque[tuple[str, str, int, str, int]] = deque(maxlen=FLIP_WINDOW)
         self._whack: Finding | None = None
         self._current: Finding | None = None
@@ -192,8 +191,12 @@ class ResultCycleDetector:
             return
         # An error coming back after a new file change is the edit-and-rerun debugging of
         # every coding agent; only errors since the last new change are compared.
-        recent = [e for e in self._errors if e[2].edits == step.edits]
-        self._errors.append((step.key, step.call.name, step))
+        # The last WHACK_WINDOW errors before this one, as (key, tool, call index).
+        recent = [
+            (key, tool, index)
+            for _, key, index, tool, edits in list(self._failures)[-WHACK_WINDOW:]
+            if edits == step.edits
+        ]
         self._failures.append(
             (step.signature, step.key, step.call_index, step.call.name, step.edits)
         )
@@ -202,14 +205,14 @@ class ResultCycleDetector:
         if not recent or recent[-1][0] == step.key:
             return
         # Count returns: occurrences of this error (same tool) each preceded by another error.
-        history = [*recent, (step.key, step.call.name, step)]
+        history = [*recent, (step.key, step.call.name, step.call_index)]
         returns, seen_other = 0, False
         evidence: list[int] = []
-        for key, tool, earlier in history:
+        for key, tool, index in history:
             if key == step.key and tool == step.call.name:
                 if evidence and seen_other:
                     returns += 1
-                evidence.append(earlier.call_index)
+                evidence.append(index)
                 seen_other = False
             elif evidence:
                 seen_other = True
