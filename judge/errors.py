@@ -10,6 +10,7 @@ never crash the agent that embeds us::
     +-- HistoryError           malformed conversation (names the message index and field)
     +-- StateError             a saved tracker state that cannot be read back
     +-- TrajectoryFormatError  a recorded trajectory file that cannot be read
+    +-- LoopDetected           a framework integration stopped the agent's run (carries the verdict)
     +-- JudgeError             the judge model failed; caught by the tracker
         +-- JudgeTimeout           no answer within timeout_s
         +-- JudgeConnectionError   the endpoint could not be reached
@@ -19,6 +20,11 @@ never crash the agent that embeds us::
 """
 
 from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from judge.verdict import Verdict
 
 
 class LoopJudgeError(Exception):
@@ -68,6 +74,23 @@ class TrajectoryFormatError(LoopJudgeError, ValueError):
         self.path = str(path)
         self.reason = reason
         super().__init__(f"{self.path}: {reason}")
+
+
+class LoopDetected(LoopJudgeError):
+    """A framework integration ended the agent's run because the verdict said ``stop``.
+
+    Raised through the framework's own run (``agent.run(...)``, ``agent.invoke(...)``) so the
+    application decides what a stopped agent means: tell the user, retry with another
+    model, hand over to a person. ``verdict`` is the `Verdict` that decided it (its
+    ``summary``, ``explanation``, ``kind``, ``evidence``); ``session`` names the
+    conversation the integration tracked, when it knows one.
+    """
+
+    def __init__(self, verdict: Verdict, *, session: str | None = None) -> None:
+        self.verdict = verdict
+        self.session = session
+        what = verdict.summary or (verdict.kind.value if verdict.kind else "a loop")
+        super().__init__(f"agent stopped in a loop: {what}")
 
 
 class JudgeError(LoopJudgeError):
