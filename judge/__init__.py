@@ -32,6 +32,7 @@ from judge.response.memory import LoopMemory
 from judge.response.stats import TrackerStats
 from judge.response.telemetry import Telemetry
 from judge.state import TrackerState
+from judge.sync import SyncLoopTracker
 from judge.tracker import LoopTracker
 from judge.verdict import Action, JudgeCall, JudgeStage, LoopKind, Origin, Verdict
 
@@ -62,6 +63,7 @@ __all__ = [
     "OverrideRecord",
     "ResponseMode",
     "StateError",
+    "SyncLoopTracker",
     "Telemetry",
     "TrackerConfig",
     "TrackerState",
