@@ -33,15 +33,19 @@ __all__ = [
     "MODES",
     "SCHEDULES",
     "RunPlan",
+    "bundled_data_dir",
     "oracle_settings",
     "plan_runs",
     "resolve_paths",
     "select_subset",
 ]
 
-# Where `loop-judge eval` looks when given no paths, and writes when given no --out
-# (relative to the working directory: the repository root in the README's commands).
+# The repository folder of the labelled set `loop-judge eval` replays when given no paths
+# (found beside the package, from any working directory: `bundled_data_dir`), and where it
+# writes when given no --out (relative to the working directory).
 DEFAULT_DATA_DIR = Path("evals/data")
+# Where the wheel puts DEFAULT_DATA_DIR, relative to the judge package.
+BUNDLED_DATA_IN_WHEEL = Path("data/labelled")
 DEFAULT_OUT_DIR = Path("evals/out")
 MODES = ("heuristics", "judge", "full")
 JUDGES = ("env", "oracle")
@@ -64,14 +68,30 @@ class RunPlan:
     client_factory: Callable[[Trajectory], LLMClient | None] | None = None
 
 
+def bundled_data_dir() -> Path | None:
+    """The labelled set that ships with loop-judge, wherever it is installed.
+
+    A wheel carries ``evals/data`` as ``judge/data/labelled`` (pyproject's force-include);
+    an editable install or a checkout reads ``evals/data`` beside the package. None when
+    neither is there (a build that left the data out).
+    """
+    package = Path(__file__).resolve().parent.parent
+    for candidate in (package / BUNDLED_DATA_IN_WHEEL, package.parent / DEFAULT_DATA_DIR):
+        if candidate.is_dir():
+            return candidate
+    return None
+
+
 def resolve_paths(paths: Sequence[str]) -> list[Path]:
+    """The PATHS given, else the bundled labelled set, from any working directory."""
     if paths:
         return [Path(p) for p in paths]
-    if DEFAULT_DATA_DIR.is_dir():
-        return [DEFAULT_DATA_DIR]
+    bundled = bundled_data_dir()
+    if bundled is not None:
+        return [bundled]
     raise UsageError(
-        f"no PATHS given and ./{DEFAULT_DATA_DIR} does not exist; run from the repository root "
-        "or pass trajectory files or folders, e.g. loop-judge eval path/to/trajectories"
+        f"no PATHS given and the bundled labelled set ({DEFAULT_DATA_DIR} in the repository) "
+        "is not installed; pass trajectory files or folders, e.g. loop-judge eval --data DIR"
     )
 
 

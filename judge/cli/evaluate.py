@@ -44,10 +44,17 @@ from judge.evaluation.oracle import (
 from judge.evaluation.replay import DEFAULT_CONCURRENCY, TrajectoryResult, replay_all
 from judge.evaluation.report_files import build_report, markdown_table, write_json, write_markdown
 from judge.evaluation.sweep import build_configs, parse_axis, run_sweep, settings_grid
-from judge.evaluation.tables import Run, main_tables, public_config, sweep_table, unlabelled_table
+from judge.evaluation.tables import (
+    Run,
+    TableData,
+    main_tables,
+    public_config,
+    sweep_table,
+    unlabelled_table,
+)
 from judge.trajectories.dataset import Trajectory, load_dataset
 
-__all__ = ["add_parser", "run"]
+__all__ = ["add_parser", "run", "summary_table"]
 
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -58,7 +65,20 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         "flag of each against its labels. With no model configured this runs the heuristics "
         "only, offline.",
     )
-    ev.add_argument("paths", nargs="*", help=f"files or folders (default: ./{DEFAULT_DATA_DIR})")
+    ev.add_argument(
+        "paths",
+        nargs="*",
+        help=f"files or folders (default: the bundled labelled set, {DEFAULT_DATA_DIR} in the "
+        "repository, found from any working directory)",
+    )
+    ev.add_argument(
+        "--data",
+        action="append",
+        default=[],
+        metavar="PATH",
+        help="another labelled set (file or folder) to replay instead of the bundled one; "
+        "repeatable, the same as PATHS",
+    )
     ev.add_argument("--mode", choices=MODES, help="heuristics (default), judge or full")
     ev.add_argument(
         "--judge",
@@ -172,6 +192,7 @@ def run(args: argparse.Namespace, console: Console) -> int:
 
 
 def _run_eval(args: argparse.Namespace, console: Console) -> int:
+    args.paths = [*args.paths, *args.data]  # --data is PATHS by name, for every eval mode
     if args.closed_loop:
         return run_closed_loop_eval(args, console)
     started = time.perf_counter()
@@ -275,9 +296,44 @@ def _run_eval(args: argparse.Namespace, console: Console) -> int:
     md_path = write_markdown(
         runs, tables, out_dir, settings=settings, problems=problems, chart=chart
     )
-    console.print(
-        f"wall time {elapsed:.2f} s; wrote {json_path}, {md_path}" + (f", {chart}" if chart else "")
-    )
-    if why_not:
-        console.print(why_not)
+    if any(run.labelled for run in runs):
+        console.print(rich_table(summary_table(runs)))
+    console.print(f"report: {md_path} (tables, every miss and false positive)", highlight=False)
+    console.print(f"data:   {json_path} (one row per trajectory)", highlight=False)
+    console.print(f"chart:  {chart}" if chart else f"chart:  none, {why_not}", highlight=False)
+    console.print(f"wall time {elapsed:.1f} s", highlight=False)
     return EXIT_FAILED if crashes else 0
+
+
+def summary_table(runs: list[Run]) -> TableData:
+    """The closing table, one row per run, readable at a glance: loops caught out of loops,
+    false alarms on productive runs, median delay and judge calls; the detailed tables are
+    printed above it and kept in report.md."""
+    rows: list[tuple[str, ...]] = []
+    for run in runs:
+        m = run.metrics
+        recall = "-" if m.recall is None else f"{m.recall:.0%}"
+        precision = "-" if m.precision is None else f"{m.precision:.2f}"
+        delay = "-" if m.delay_median is None else f"{m.delay_median:g} turns"
+        rows.append(
+            (
+                run.name,
+                f"{m.tp} of {m.looping} ({recall})",
+                f"{m.fp}"
+                + (f" ({m.fp_before_onset} before a loop's onset)" if m.fp_before_onset else ""),
+                precision,
+                delay,
+                str(m.judge_calls),
+                str(m.crashed),
+            )
+        )
+    columns = (
+        "run",
+        "loops caught",
+        "false alarms",
+        "precision",
+        "median delay",
+        "judge calls",
+        "crashed",
+    )
+    return TableData("summary", columns, rows)
