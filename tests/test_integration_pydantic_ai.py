@@ -178,6 +178,8 @@ async def test_a_conversation_continued_in_a_later_run_keeps_its_ladder() -> Non
 class _DownStore:
     """A session store that is unreachable, as a Redis outage makes it; counts the asks."""
 
+    kind = "down"
+
     def __init__(self) -> None:
         self.asked = 0
 
