@@ -4,11 +4,18 @@ Detector state is made of a few kinds of values: scalars, tuples, deques, dicts,
 frozen records (`ToolCall`, `Step`, `Finding`), enums and (for the semantic detector)
 vectors. Tuples and deques are tagged so that a round trip compares equal: detectors
 compare tuples with ``==``, and a list never equals a tuple.
+
+What a record can derive is not stored: a call's parsed arguments are JSON's reading of its
+canonical text (`judge.history.canonical_arguments` makes that exact) and signatures are
+rebuilt from their parts. `compact` then stores each distinct long string of a whole saved
+state once, so a message quoted by the judge window, a detector window and a finding costs
+its length once (issue 12, defect 4).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import json
 from collections import deque
 from enum import Enum
 from typing import Any
@@ -64,11 +71,47 @@ class StepPool:
         return self._decoded[index]
 
 
+def _encode_call(call: ToolCall) -> dict[str, Any]:
+    """A call as its text alone: the parsed value is read again from the canonical text,
+    the raw arguments are left out when they are the canonical text, the signature is
+    rebuilt by `ToolCall` itself."""
+    fields: dict[str, Any] = {"id": call.id, "name": call.name, "canonical": call.canonical}
+    if call.arguments != call.canonical:
+        fields["arguments"] = call.arguments
+    if call.parsed is not None:
+        fields["json"] = True
+    if call.signature != f"{call.name}({call.canonical})":
+        fields["signature"] = call.signature
+    return {"$call": fields}
+
+
+def _decode_call(fields: dict[str, Any]) -> ToolCall:
+    canonical = fields["canonical"]
+    if not isinstance(canonical, str):
+        raise StateError("a saved call's canonical arguments are not text")
+    try:
+        parsed = json.loads(canonical) if fields.get("json") else None
+    except (ValueError, RecursionError):
+        parsed = None  # clipped to fit the state's byte cap (judge.state.fit_state)
+    return ToolCall(
+        id=fields["id"],
+        name=fields["name"],
+        arguments=fields.get("arguments", canonical),
+        canonical=canonical,
+        parsed=parsed,
+        signature=fields.get("signature", ""),
+    )
+
+
 def _encode_record(value: Any, pool: StepPool | None) -> Any:
     name = type(value).__name__
     if name not in _RECORDS:
         raise TypeError(f"cannot encode {name}")
+    if isinstance(value, ToolCall):
+        return _encode_call(value)
     fields = {f.name: encode(getattr(value, f.name), pool) for f in dataclasses.fields(value)}
+    if isinstance(value, Step) and value.signature == value.call.signature:
+        del fields["signature"]  # the step copies its call's; rebuilt on loading
     return {"$record": name, "f": fields}
 
 
@@ -106,6 +149,8 @@ def decode(data: Any, pool: StepPool | None = None) -> Any:
     try:
         if "$enum" in data:
             return _ENUMS[data["$enum"]](data["v"])
+        if "$call" in data:
+            return _decode_call(data["$call"])
         if "$ref" in data:
             if pool is None:
                 raise StateError("a step reference outside a step pool")
@@ -144,3 +189,104 @@ def load_attrs(
         raise StateError(f"{type(obj).__name__} state lacks {missing}")
     for name in names:
         setattr(obj, name, decode(data[name], pool))
+
+
+# -- one copy of each long string -------------------------------------------------------
+
+# Strings at least this long are stored once in a saved state's table and referred to by
+# position: a reference costs about 12 bytes, so shorter strings are not worth it.
+INTERN_MIN_CHARS = 48
+# Markers of the compact form. Keys that start with NUL are escaped by doubling it, so no
+# key of the data can pass for a marker.
+_NUL = "\x00"
+_KEY_REF = _NUL + "#"  # a dict key that is a reference: NUL # position
+_VALUE_REF = _NUL + "s"  # {NUL s: position}: a string value that is a reference
+
+
+def compact(data: Any) -> tuple[Any, list[str]]:
+    """``data`` (JSON-able) with each string of INTERN_MIN_CHARS or more replaced by a
+    reference into a table of distinct strings, returned with that table.
+
+    Walked with an explicit stack, so any nesting the data has costs no recursion, and in
+    time linear in its size (strings are hashed once each).
+    """
+    table: list[str] = []
+    index: dict[str, int] = {}
+
+    def ref(text: str) -> int:
+        at = index.get(text)
+        if at is None:
+            at = index[text] = len(table)
+            table.append(text)
+        return at
+
+    def key(k: str) -> str:
+        if len(k) >= INTERN_MIN_CHARS:
+            return f"{_KEY_REF}{ref(k)}"
+        return _NUL + k if k.startswith(_NUL) else k
+
+    def value(v: Any) -> Any:
+        if isinstance(v, str) and len(v) >= INTERN_MIN_CHARS:
+            return {_VALUE_REF: ref(v)}
+        return v
+
+    root: list[Any] = [data]
+    stack: list[tuple[Any, Any]] = [(root, 0)]  # (container, key or position) to fill in
+    while stack:
+        parent, slot = stack.pop()
+        item = parent[slot]
+        if isinstance(item, dict):
+            out: dict[str, Any] = {}
+            for k, v in item.items():
+                if not isinstance(k, str):
+                    raise TypeError(f"state keys must be strings, got {type(k).__name__}")
+                out[key(k)] = v
+            parent[slot] = out
+            stack.extend((out, k) for k in out)
+        elif isinstance(item, list):
+            copy = list(item)
+            parent[slot] = copy
+            stack.extend((copy, i) for i in range(len(copy)))
+        else:
+            parent[slot] = value(item)
+    return root[0], table
+
+
+def expand(data: Any, table: list[Any]) -> Any:
+    """The inverse of `compact`; a reference out of range is a `StateError`."""
+
+    def lookup(position: Any) -> str:
+        if not isinstance(position, int) or not 0 <= position < len(table):
+            raise StateError(f"string reference {position!r} is out of range")
+        text = table[position]
+        if not isinstance(text, str):
+            raise StateError(f"string table entry {position} is not a string")
+        return text
+
+    def key(k: str) -> str:
+        if not k.startswith(_NUL):
+            return k
+        if k.startswith(_KEY_REF):
+            try:
+                return lookup(int(k[len(_KEY_REF) :]))
+            except ValueError:
+                raise StateError(f"bad key reference {k!r}") from None
+        return k[1:]
+
+    root: list[Any] = [data]
+    stack: list[tuple[Any, Any]] = [(root, 0)]
+    while stack:
+        parent, slot = stack.pop()
+        item = parent[slot]
+        if isinstance(item, dict):
+            if len(item) == 1 and _VALUE_REF in item:
+                parent[slot] = lookup(item[_VALUE_REF])
+                continue
+            out = {key(k): v for k, v in item.items()}
+            parent[slot] = out
+            stack.extend((out, k) for k in out)
+        elif isinstance(item, list):
+            copy = list(item)
+            parent[slot] = copy
+            stack.extend((copy, i) for i in range(len(copy)))
+    return root[0]

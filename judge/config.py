@@ -3,16 +3,31 @@
 Environment is read when a `TrackerConfig` is built, never at import. Every bound check
 names both the field and its variable, because the person fixing it is usually editing a
 deployment file, not our code.
+
+The environment is read here, not by pydantic-settings (issue 14): that package cost
+125 ms of ``import judge``, its errors named the field instead of the variable, and it
+turned invalid JSON into a vague ``SettingsError``. Here a bad value is a `ConfigError` of
+one line per problem: the variable, the value as set, and what is allowed. A keyword
+argument that breaks a rule is still pydantic's ``ValidationError`` (a bug in the caller's
+code, named by field). An unknown ``LOOP_JUDGE_*`` variable (a typo such as
+``LOOP_JUDGE_FASTMODEL``) is logged once with the closest known name.
 """
 
 from __future__ import annotations
 
+import difflib
+import json
+import logging
+import os
+import typing
 from contextvars import ContextVar
 from fnmatch import fnmatchcase
 from pathlib import Path
 from typing import Any, Literal, cast
 
 from pydantic import (
+    BaseModel,
+    ConfigDict,
     Field,
     SecretStr,
     ValidationError,
@@ -20,7 +35,6 @@ from pydantic import (
     field_validator,
     model_validator,
 )
-from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from judge.detectors.tool_classes import DEFAULT_EXPLORE_PATTERNS, DEFAULT_MODIFY_PATTERNS
 from judge.errors import ConfigError
@@ -34,7 +48,42 @@ from judge.response.ladder import (
 )
 from judge.verdict import Action
 
+logger = logging.getLogger("judge.config")
+
 ENV_PREFIX = "LOOP_JUDGE_"
+# LOOP_JUDGE_* variables read by other parts of loop-judge (the sidecar's ServerSettings,
+# the Claude Code hook): known, so never reported as typos of a TrackerConfig field.
+# tests/test_config.py checks that every LOOP_JUDGE_ name in judge/ is known.
+OTHER_VARIABLES = frozenset(
+    ENV_PREFIX + name.upper()
+    for name in (
+        "server_token",
+        "server_tokens",
+        "server_tokens_file",
+        "insecure_no_token",
+        "allowed_hosts",
+        "redis_url",
+        "host",
+        "port",
+        "max_body_bytes",
+        "session_ttl_s",
+        "max_sessions",
+        "lock_lease_s",
+        "lock_wait_s",
+        "key_prefix",
+        "turn_cpu_budget_s",
+        "worker_threads",
+        "request_timeout_s",
+        "keep_alive_s",
+        "max_connections",
+        "hook_state_dir",
+    )
+)
+# A suggestion is offered only for names this alike (difflib's ratio): FASTMODEL ->
+# FAST_MODEL scores 0.97, while unrelated names stay under 0.6.
+_SUGGESTION_CUTOFF = 0.6
+# Unknown variables already reported in this process: each is logged once, not per tracker.
+_reported_unknown: set[str] = set()
 # Set while a model_overrides block is being applied: the nested config must not check
 # the blocks again (pydantic-settings merges the environment's blocks back in).
 _APPLYING_BLOCK: ContextVar[bool] = ContextVar("loop_judge_applying_block", default=False)
@@ -142,6 +191,8 @@ _BOUNDS: dict[str, tuple[float | None, float | None]] = {
     "max_prompt_chars": (4096, None),
     "max_judge_calls": (0, None),
     "max_judge_tokens": (0, None),
+    # room for an empty state (~3 kB) and a few messages
+    "max_state_bytes": (16_384, None),
     "breaker_failures": (1, None),
     "breaker_cooldown_s": (0.0, None),
     "explore_repeat_limit": (1, None),
@@ -171,16 +222,129 @@ def env_name(field: str) -> str:
     return ENV_PREFIX + field.upper()
 
 
-class TrackerConfig(BaseSettings):
-    """Everything a `LoopTracker` can be told.
+def environment_values() -> dict[str, str]:
+    """``{field: raw value}`` of the TrackerConfig fields set in the environment.
+
+    Names match case-insensitively, as they did under pydantic-settings.
+    """
+    by_name = {env_name(field): field for field in TrackerConfig.model_fields}
+    return {
+        by_name[name.upper()]: value
+        for name, value in os.environ.items()
+        if name.upper() in by_name
+    }
+
+
+def known_variables() -> frozenset[str]:
+    """Every LOOP_JUDGE_* variable loop-judge reads."""
+    return frozenset(env_name(field) for field in TrackerConfig.model_fields) | OTHER_VARIABLES
+
+
+def unknown_variables() -> list[str]:
+    """The LOOP_JUDGE_* variables set in the environment that nothing in loop-judge reads."""
+    known = known_variables()
+    return sorted(
+        name
+        for name in os.environ
+        if name.upper().startswith(ENV_PREFIX) and name.upper() not in known
+    )
+
+
+def closest_variable(name: str) -> str | None:
+    """The known LOOP_JUDGE_* variable ``name`` is most likely a typo of, if any is close."""
+    matches = difflib.get_close_matches(
+        name.upper(), known_variables(), n=1, cutoff=_SUGGESTION_CUTOFF
+    )
+    return matches[0] if matches else None
+
+
+def report_unknown_variables() -> None:
+    """Log each unknown LOOP_JUDGE_* variable once per process, with a did-you-mean: a typo
+    would otherwise be ignored without a word and the default used instead."""
+    for name in unknown_variables():
+        if name in _reported_unknown:
+            continue
+        _reported_unknown.add(name)
+        suggestion = closest_variable(name)
+        hint = f"; did you mean {suggestion}?" if suggestion else ""
+        logger.warning("%s is set but loop-judge reads no such variable%s", name, hint)
+
+
+def _is_json_field(field: str) -> bool:
+    """Whether the field's type is a list or mapping (given as JSON in the environment)."""
+    annotation = TrackerConfig.model_fields[field].annotation
+    kinds = {typing.get_origin(arg) or arg for arg in typing.get_args(annotation)}
+    kinds.add(typing.get_origin(annotation) or annotation)
+    return bool(kinds & {dict, list, tuple, set, frozenset})
+
+
+def _decode(field: str, value: str) -> Any:
+    """A variable's text as the field's input: JSON for lists and mappings, else as is."""
+    if not _is_json_field(field):
+        return value
+    try:
+        return json.loads(value)
+    except json.JSONDecodeError as exc:
+        default = TrackerConfig.model_fields[field].get_default(call_default_factory=True)
+        shape = "object" if isinstance(default, dict) else "list"
+        example = json.dumps(default or ({"name": 1} if shape == "object" else ["..."]))
+        raise ConfigError(
+            f"{env_name(field)}={value!r} is not valid JSON ({exc.msg} at character "
+            f"{exc.pos}); it takes a JSON {shape}, e.g. {example}"
+        ) from None
+
+
+def _message(error: Any) -> str:
+    return str(error["msg"]).removeprefix("Value error, ")
+
+
+def _env_problem(error: Any, raw: dict[str, str]) -> str | None:
+    """One line for a validation error caused by a variable: the variable, its value and
+    the rule; None when the value came from a keyword argument."""
+    loc = tuple(error["loc"])
+    message = _message(error)
+    if loc and loc[0] in raw:
+        field = str(loc[0])
+        variable = env_name(field)
+        where = "".join(f"[{part!r}]" if isinstance(part, str) else f"[{part}]" for part in loc[1:])
+        rule = message.replace(f" (set by {variable})", "")
+        return f"{variable}={raw[field]!r}: {field}{where}: {rule}"
+    if not loc and any(env_name(field) in message for field in raw):
+        return message  # a rule across fields (min/max interval) names the variables
+    return None
+
+
+def _keyword_problem(error: Any) -> str:
+    loc = ".".join(map(str, error["loc"]))
+    return f"{loc}: {_message(error)}" if loc else _message(error)
+
+
+class TrackerConfig(BaseModel):
+    """Everything a `LoopTracker` can be told, by keyword or by ``LOOP_JUDGE_<FIELD>``.
 
     Models default to None so that nothing is ever sent anywhere unless the user chose a
-    model: with no fast model the tracker runs heuristics only.
+    model: with no fast model the tracker runs heuristics only. A keyword argument wins
+    over its variable; list and mapping fields take JSON in the environment.
     """
 
-    model_config = SettingsConfigDict(
-        env_prefix=ENV_PREFIX, extra="forbid", validate_default=True, frozen=True
-    )
+    model_config = ConfigDict(extra="forbid", validate_default=True, frozen=True)
+
+    def __init__(self, **data: Any) -> None:
+        report_unknown_variables()
+        raw = {field: value for field, value in environment_values().items() if field not in data}
+        from_env = {field: _decode(field, value) for field, value in raw.items()}
+        try:
+            super().__init__(**{**from_env, **data})
+        except ValidationError as exc:
+            errors = exc.errors()
+            problems = [_env_problem(error, raw) for error in errors]
+            if any(problem is not None for problem in problems):
+                lines = [
+                    problem if problem is not None else _keyword_problem(error)
+                    for problem, error in zip(problems, errors, strict=True)
+                ]
+                raise ConfigError("; ".join(lines)) from None
+            raise
 
     fast_model: str | None = None
     confirm_model: str | None = None
@@ -201,6 +365,8 @@ class TrackerConfig(BaseSettings):
     # Spending limits per tracker (None = unlimited); once reached, heuristics only.
     max_judge_calls: int | None = None
     max_judge_tokens: int | None = None
+    # Bytes a saved tracker state is held under (None = judge.state.MAX_STATE_BYTES, 2 MiB).
+    max_state_bytes: int | None = None
     # Failed checks in a row that open the circuit breaker, and its cool-down.
     breaker_failures: int = DEFAULT_BREAKER_FAILURES
     breaker_cooldown_s: float = DEFAULT_BREAKER_COOLDOWN_S
