@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 
@@ -25,11 +25,9 @@ from judge.history import (
     canonical_arguments,
     message_digest,
 )
-from judge.llm._litellm import LiteLLMClient, LLMClient, Sleep
 from judge.llm.breaker import CircuitBreaker, Clock, skip_message
 from judge.llm.budget import JudgeBudget
-from judge.llm.pair import JudgeOutcome, TwoStageJudge
-from judge.llm.redaction import Redactor
+from judge.llm.pair import JudgeOutcome, TwoStageJudge, preload_litellm
 from judge.llm.transcript import fit_prompt
 from judge.response.ladder import LadderState, OverrideRecord
 from judge.response.responder import LoopCallback, Responder
@@ -38,6 +36,10 @@ from judge.response.telemetry import Telemetry
 from judge.schedule import Schedule
 from judge.state import STATE_VERSION, TrackerState
 from judge.verdict import Verdict
+
+if TYPE_CHECKING:
+    from judge.llm._litellm import LLMClient, Sleep
+    from judge.llm.redaction import Redactor
 
 logger = logging.getLogger("judge.tracker")
 
@@ -74,18 +76,31 @@ class LoopTracker:
         cfg = self.config
         self._judge: TwoStageJudge | None = None
         if cfg.fast_model:
+            prepare = None
             if client is None:
+                # litellm (seconds to import) is wanted only at the first check, turn 30 at
+                # the earliest: it is imported in a background thread from now on, and the
+                # first check waits for it at most timeout_s (judge.llm.pair).
+                from judge.llm._litellm import LiteLLMClient, load_litellm
+
                 client = LiteLLMClient.from_config(cfg, sleep=sleep)
+                preload_litellm()
+                prepare = load_litellm
             self._judge = TwoStageJudge(
                 client,
                 fast_model=cfg.fast_model,
                 confirm_model=cfg.confirm_model,
                 threshold=cfg.confidence_threshold,
+                prepare=prepare,
+                prepare_deadline_s=cfg.timeout_s,
             )
         self._suite = DetectorSuite(cfg, detectors)
-        self._redactor = (
-            Redactor(extra_patterns=cfg.redact_patterns) if cfg.redact_secrets else None
-        )
+        # Only what is sent to a judge is redacted: no judge, no rules compiled.
+        self._redactor: Redactor | None = None
+        if self._judge is not None and cfg.redact_secrets:
+            from judge.llm.redaction import Redactor
+
+            self._redactor = Redactor(extra_patterns=cfg.redact_patterns)
         self._stream = StreamMonitor()
         self._schedule = Schedule(
             check_after_turns=cfg.check_after_turns,
@@ -354,7 +369,9 @@ class LoopTracker:
             self._budget.calls_used += 1
             raise
         self._budget.record(outcome.calls, sum(len(m["content"]) for m in prompt))
-        if outcome.deciding is None:
+        if outcome.not_ready:
+            self._schedule.failed()  # litellm still importing: the endpoint is not at fault
+        elif outcome.deciding is None:
             self._schedule.failed()
             self._breaker.record_failure()
         else:

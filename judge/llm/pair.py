@@ -2,22 +2,35 @@
 
 Only a fast answer at or above the threshold costs a confirm call, so the expensive model
 is consulted on a small fraction of checks. Failures are recorded, never raised.
+
+Cheap to import: the assessment parser (jsonschema) and the litellm wrapper (tenacity) are
+imported when the first check runs, so a tracker without a judge model never pays for
+them.
 """
 
 from __future__ import annotations
 
 import logging
+import threading
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from judge._prompts import read_json
+import anyio
+
 from judge.errors import JudgeError
-from judge.llm._litellm import LLMClient, ModelReply
-from judge.llm.assessment import SCHEMA_FILE, Assessment, parse_assessment
 from judge.verdict import JudgeCall, JudgeStage
 
+if TYPE_CHECKING:
+    from judge.llm._litellm import LLMClient, ModelReply
+    from judge.llm.assessment import Assessment
+
 logger = logging.getLogger("judge.llm.pair")
+
+Prepare = Callable[[], Awaitable[Any]]
+"""Makes the client ready before its first request (imports litellm); its time is counted
+apart from the judge's latency."""
 
 
 @dataclass(slots=True)
@@ -26,6 +39,9 @@ class JudgeOutcome:
 
     ``deciding`` is the call whose confidence decided it (confirm when it answered, else
     fast); None means the judge gave no answer and the check must be retried.
+    ``prepare_s`` is the time spent making the client ready (importing litellm) before the
+    first request, kept out of every call's ``latency_s``; ``not_ready`` says that took
+    longer than the deadline, so no model was asked (not the endpoint's fault).
     """
 
     looping: bool = False
@@ -33,6 +49,22 @@ class JudgeOutcome:
     calls: list[JudgeCall] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
     evidence: list[int] = field(default_factory=list)
+    prepare_s: float = 0.0
+    not_ready: bool = False
+
+
+def preload_litellm() -> None:
+    """Start importing litellm in a daemon thread, never on the event loop: a tracker with
+    a judge model is built long before its first check (turn 30), and the import takes
+    seconds. The first check waits for it only if it is still running, for at most its
+    deadline. Nothing starts while model requests are disabled (the test suite)."""
+    from judge.llm import _litellm
+
+    if _litellm._litellm is not None or not _litellm.ALLOW_MODEL_REQUESTS:
+        return
+    threading.Thread(
+        target=_litellm._import_litellm, name="loop-judge-import-litellm", daemon=True
+    ).start()
 
 
 class TwoStageJudge:
@@ -43,19 +75,58 @@ class TwoStageJudge:
         fast_model: str,
         confirm_model: str | None,
         threshold: float,
+        prepare: Prepare | None = None,
+        prepare_deadline_s: float | None = None,
     ) -> None:
         self.client = client
         self.fast_model = fast_model
         self.confirm_model = confirm_model
         self.threshold = threshold
+        self._prepare = prepare
+        self._prepare_deadline_s = prepare_deadline_s
+        self._schema: dict[str, Any] | None = None
+
+    def _read_schema(self) -> dict[str, Any]:
+        if self._schema is None:
+            from judge._prompts import read_json
+            from judge.llm.assessment import SCHEMA_FILE
+
+            self._schema = read_json(SCHEMA_FILE)
+        return self._schema
+
+    async def _ready(self, outcome: JudgeOutcome) -> bool:
+        """Wait (at most the deadline) for the client to be ready; the wait is recorded on
+        the outcome, apart from any call's latency."""
+        if self._prepare is None:
+            return True
+        started = time.perf_counter()
+        with anyio.move_on_after(self._prepare_deadline_s) as scope:
+            await self._prepare()
+            self._prepare = None  # ready for good
+        outcome.prepare_s = time.perf_counter() - started
+        if scope.cancelled_caught:
+            outcome.not_ready = True
+            outcome.errors.append(
+                f"judge client not ready after {outcome.prepare_s:.1f} s (litellm is still "
+                "importing); no model asked, the check is retried"
+            )
+            return False
+        if outcome.prepare_s >= 0.1:
+            logger.info(
+                "judge client ready after %.1f s (not counted as latency)", outcome.prepare_s
+            )
+        return True
 
     async def _ask(
         self, model: str, stage: JudgeStage, prompt: list[dict[str, str]]
     ) -> tuple[JudgeCall, Assessment | None]:
+        from judge.llm.assessment import parse_assessment
+
+        schema = self._read_schema()
         started = time.perf_counter()
         reply: ModelReply | None = None
         try:
-            reply = await self.client.complete(model, prompt, schema=read_json(SCHEMA_FILE))
+            reply = await self.client.complete(model, prompt, schema=schema)
             assessment = parse_assessment(reply.content, finish_reason=reply.finish_reason)
         except JudgeError as exc:
             latency = time.perf_counter() - started
@@ -98,6 +169,8 @@ class TwoStageJudge:
         without asking the confirm one, and says why on the outcome.
         """
         outcome = JudgeOutcome()
+        if not await self._ready(outcome):
+            return outcome
         fast_call, fast = await self._ask(self.fast_model, JudgeStage.FAST, prompt)
         outcome.calls.append(fast_call)
         if fast is None:

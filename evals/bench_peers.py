@@ -1,0 +1,213 @@
+"""What one ``turn_started`` costs on real runs, beside the lightest detectors of its peers.
+
+Every recorded trajectory (``evals/data`` and ``../shared/recorded``, one copy of each id)
+is replayed the way the peer harness replays it: at each turn boundary of the eval
+(`judge.evaluation.replay.assistant_turn_ends`) a detector is handed ``messages[:k]``, a
+new list each turn holding the same message objects. Three detectors run side by side, on
+the same turn, in one process, so their ratio does not depend on the machine's load:
+
+- loop-judge, heuristics only (no judge model, so no check is ever due), and in a second
+  pass with the ``semantic`` extra when it is installed;
+- a gemini-cli-style rule (``loopDetectionService.ts``): the same tool call with the same
+  arguments five times in a row is a loop (``TOOL_CALL_LOOP_THRESHOLD``);
+- an OpenHands-style detector (``stuck_detector.py``): on each turn it reads the events
+  since the last user message and looks for the same action and observation four times,
+  the same action failing three times, the same monologue three times, or an A-B pattern
+  over six steps.
+
+The two baselines are ports in a few lines each, enough to cost what the originals cost
+per turn (the originals also hash and compare event objects); they are not used for
+detection anywhere else.
+
+Run from the repository root:  .venv/bin/python evals/bench_peers.py
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import anyio
+
+# Where the recorded runs live: the labelled copies in the repo and the shared originals.
+DATA_PATHS = ("evals/data", "../shared/recorded")
+# gemini-cli's TOOL_CALL_LOOP_THRESHOLD.
+GEMINI_REPEATS = 5
+# OpenHands StuckDetector's thresholds (action/observation 4, action/error 3, monologue 3,
+# alternating pattern over 6 steps).
+OH_PAIR_REPEATS = 4
+OH_ERROR_REPEATS = 3
+OH_MONOLOGUE = 3
+OH_ALTERNATION = 6
+# Passes over the whole set; the median per turn of each pass is reported with the spread.
+PASSES = 3
+
+
+class GeminiRule:
+    """The same call and arguments N times in a row (gemini-cli's tool-call check)."""
+
+    def __init__(self) -> None:
+        self.seen = 0
+        self.last: str | None = None
+        self.count = 0
+
+    def __call__(self, history: Sequence[dict[str, Any]]) -> bool:
+        looping = False
+        for msg in history[self.seen :]:
+            for call in msg.get("tool_calls") or ():
+                fn = call.get("function") or {}
+                key = f"{fn.get('name')}:{fn.get('arguments')}"
+                self.count = self.count + 1 if key == self.last else 1
+                self.last = key
+                looping = looping or self.count >= GEMINI_REPEATS
+        self.seen = len(history)
+        return looping
+
+
+def _action(msg: dict[str, Any]) -> tuple[Any, ...]:
+    calls = msg.get("tool_calls") or ()
+    return tuple((c.get("function") or {}).get("name") for c in calls) + tuple(
+        (c.get("function") or {}).get("arguments") for c in calls
+    )
+
+
+class OpenHandsRule:
+    """OpenHands' StuckDetector: re-reads the events since the last user message each turn."""
+
+    def __call__(self, history: Sequence[dict[str, Any]]) -> bool:
+        start = 0
+        for i in range(len(history) - 1, -1, -1):
+            if history[i].get("role") == "user":
+                start = i
+                break
+        events = history[start:]
+        actions = [_action(m) for m in events if m.get("role") == "assistant"]
+        observations = [str(m.get("content")) for m in events if m.get("role") == "tool"]
+        monologue = [
+            str(m.get("content"))
+            for m in events
+            if m.get("role") == "assistant" and not m.get("tool_calls")
+        ]
+        last_a, last_o = actions[-OH_PAIR_REPEATS:], observations[-OH_PAIR_REPEATS:]
+        full = len(last_a) == OH_PAIR_REPEATS and len(last_o) == OH_PAIR_REPEATS
+        if full and len(set(last_a)) == 1 and len(set(last_o)) == 1:
+            return True
+        errors = observations[-OH_ERROR_REPEATS:]
+        failing = len(errors) == OH_ERROR_REPEATS and all(
+            "error" in o.lower()[:200] for o in errors
+        )
+        if failing and len(set(actions[-OH_ERROR_REPEATS:])) == 1:
+            return True
+        mono = monologue[-OH_MONOLOGUE:]
+        if len(mono) == OH_MONOLOGUE and len(set(mono)) == 1:
+            return True
+        alt_a, alt_o = actions[-OH_ALTERNATION:], observations[-OH_ALTERNATION:]
+        return (
+            len(alt_a) == OH_ALTERNATION
+            and len(alt_o) == OH_ALTERNATION
+            and alt_a[0::2].count(alt_a[0]) == OH_ALTERNATION // 2
+            and alt_a[1::2].count(alt_a[1]) == OH_ALTERNATION // 2
+            and alt_o[0::2].count(alt_o[0]) == OH_ALTERNATION // 2
+        )
+
+
+def load_runs() -> list[list[dict[str, Any]]]:
+    """Each recorded run's messages, one copy per trajectory id."""
+    from judge.trajectories.dataset import load_dataset
+
+    runs: dict[str, list[dict[str, Any]]] = {}
+    for path in DATA_PATHS:
+        if not Path(path).exists():
+            continue
+        trajectories, _ = load_dataset(path)
+        for traj in trajectories:
+            runs.setdefault(traj.id, traj.messages)
+    return list(runs.values())
+
+
+async def replay(runs: list[list[dict[str, Any]]], semantic: str) -> dict[str, list[float]]:
+    """Microseconds per turn of each detector, measured turn by turn side by side."""
+    from judge import LoopTracker, TrackerConfig
+    from judge.evaluation.replay import assistant_turn_ends
+
+    config = TrackerConfig(fast_model=None, confirm_model=None, semantic=semantic)
+    out: dict[str, list[float]] = {"loop-judge": [], "gemini-style": [], "openhands-style": []}
+    clock = time.perf_counter_ns
+    for messages in runs:
+        tracker = LoopTracker(config)
+        gemini, openhands = GeminiRule(), OpenHandsRule()
+        rules: list[tuple[str, Callable[[Sequence[dict[str, Any]]], bool]]] = [
+            ("gemini-style", gemini),
+            ("openhands-style", openhands),
+        ]
+        for end in assistant_turn_ends(messages):
+            history = messages[:end]
+            started = clock()
+            await tracker.turn_started(history)
+            out["loop-judge"].append((clock() - started) / 1_000)
+            for name, rule in rules:
+                started = clock()
+                rule(history)
+                out[name].append((clock() - started) / 1_000)
+    return out
+
+
+def _p99(values: list[float]) -> float:
+    return statistics.quantiles(values, n=100)[98]
+
+
+def report(label: str, passes: list[dict[str, list[float]]]) -> dict[str, Any]:
+    """Print the median and p99 per turn of each detector (median over passes)."""
+    names = list(passes[0])
+    turns = len(passes[0][names[0]])
+    print(f"\n{label}: {turns} turns per pass, {len(passes)} passes, us per turn_started")
+    print(
+        f"{'detector':>18} {'median':>9} {'p99':>9} {'mean':>9} {'x gemini':>9} {'x openhands':>12}"
+    )
+    rows: dict[str, dict[str, float]] = {}
+    for name in names:
+        rows[name] = {
+            "median": statistics.median(statistics.median(p[name]) for p in passes),
+            "p99": statistics.median(_p99(p[name]) for p in passes),
+            "mean": statistics.median(statistics.fmean(p[name]) for p in passes),
+        }
+    for name, row in rows.items():
+        g = row["median"] / rows["gemini-style"]["median"]
+        o = row["median"] / rows["openhands-style"]["median"]
+        print(
+            f"{name:>18} {row['median']:>9.1f} {row['p99']:>9.1f} {row['mean']:>9.1f} "
+            f"{g:>9.1f} {o:>12.2f}"
+        )
+    return {"label": label, "turns": turns, "rows": rows}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--passes", type=int, default=PASSES)
+    parser.add_argument("--semantic", action="store_true", help="also run with the extra")
+    parser.add_argument("--json", type=Path, help="write the figures here too")
+    args = parser.parse_args()
+    runs = load_runs()
+    print(f"{len(runs)} recorded runs, {sum(map(len, runs)):,} messages")
+    results = [
+        report("heuristics only", [anyio.run(replay, runs, "off") for _ in range(args.passes)])
+    ]
+    if args.semantic:
+        from judge.detectors import embeddings
+
+        if embeddings.available():
+            passes = [anyio.run(replay, runs, "on") for _ in range(args.passes)]
+            results.append(report("semantic extra on", passes))
+        else:
+            print("semantic extra not installed: skipped")
+    if args.json:
+        args.json.write_text(json.dumps(results, indent=2))
+
+
+if __name__ == "__main__":
+    main()
