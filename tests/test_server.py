@@ -23,19 +23,24 @@ from tests.serving import alternation_history, failing_repeat_history, prefixes
 
 pytestmark = pytest.mark.anyio
 FAST, CONFIRM = "fake/fast", "fake/confirm"
-TOKEN = "s3cret-token"
+TOKEN = "s3cret-token-0123456789"
 
 
-def client_for(app: Any, token: str | None = None) -> httpx.AsyncClient:
+def settings(**kwargs: Any) -> ServerSettings:
+    """Server settings with one principal's token unless the test says otherwise."""
+    return ServerSettings(**({"server_token": TOKEN} | kwargs))
+
+
+def client_for(app: Any, token: str | None = TOKEN) -> httpx.AsyncClient:
     headers = {"Authorization": f"Bearer {token}"} if token else {}
     return httpx.AsyncClient(
-        transport=httpx.ASGITransport(app=app), base_url="http://sidecar", headers=headers
+        transport=httpx.ASGITransport(app=app), base_url="http://localhost", headers=headers
     )
 
 
 @pytest.fixture
 async def client() -> AsyncIterator[httpx.AsyncClient]:
-    app = create_app(ServerSettings(host="127.0.0.1"), MemoryStore(TrackerConfig()))
+    app = create_app(settings(), MemoryStore(TrackerConfig()))
     async with client_for(app) as c:
         yield c
 
@@ -105,7 +110,7 @@ async def test_preflight_call_counts_no_turn(client: httpx.AsyncClient) -> None:
     assert bad.status_code == 422 and bad.json()["detail"][0]["field"] == "name"
     # a preflight on an unknown session creates nothing
     await client.post("/v1/sessions/new/calls", json={"name": "x"})
-    assert (await client.delete("/v1/sessions/new")).json() == {"deleted": False}
+    assert (await client.delete("/v1/sessions/new")).status_code == 404
 
 
 async def test_delete_forgets_the_session(client: httpx.AsyncClient) -> None:
@@ -122,7 +127,7 @@ async def test_judge_failure_is_on_the_verdict_not_a_5xx() -> None:
         fast_model=FAST, check_after_turns=1, initial_interval=1, early_checks=False
     )
     fake = FakeClient({FAST: [JudgeTimeout("no answer in 30 s", model=FAST)]})
-    app = create_app(ServerSettings(), MemoryStore(config, judge_client=fake))
+    app = create_app(settings(), MemoryStore(config, judge_client=fake))
     async with client_for(app) as c:
         r = await c.post("/v1/sessions/s/turns", json={"messages": looping_history(1)})
         assert r.status_code == 200
@@ -142,7 +147,7 @@ async def test_metrics_count_turns_loops_and_judge_spend() -> None:
         early_checks=False,
     )
     fake = FakeClient({FAST: [answer(0.95)], CONFIRM: [answer(0.97, "circling")]})
-    app = create_app(ServerSettings(), MemoryStore(config, judge_client=fake))
+    app = create_app(settings(), MemoryStore(config, judge_client=fake))
     history = looping_history(2)
     async with client_for(app) as c:
         for h in prefixes(history, 2):
@@ -173,10 +178,10 @@ async def test_loops_are_counted_by_kind_and_source(client: httpx.AsyncClient) -
 
 
 async def test_token_is_required_when_set() -> None:
-    app = create_app(ServerSettings(server_token=TOKEN), MemoryStore())
+    app = create_app(settings(), MemoryStore())
     body = {"messages": looping_history(1)}
     async with (
-        client_for(app) as anonymous,
+        client_for(app, None) as anonymous,
         client_for(app, "wrong") as wrong,
         client_for(app, TOKEN) as right,
     ):
@@ -194,7 +199,7 @@ async def test_token_is_required_when_set() -> None:
 @pytest.mark.parametrize("host", ["0.0.0.0", "::", "10.1.2.3", "sidecar.internal"])
 def test_non_loopback_bind_needs_a_token(host: str) -> None:
     with pytest.raises(ConfigError, match="LOOP_JUDGE_SERVER_TOKEN"):
-        create_app(ServerSettings(host=host), MemoryStore())
+        create_app(ServerSettings(host=host, insecure_no_token=True), MemoryStore())
     create_app(ServerSettings(host=host, server_token=TOKEN), MemoryStore())
 
 
@@ -214,7 +219,7 @@ def test_is_loopback(host: str, loopback: bool) -> None:
 
 
 async def test_body_over_the_limit_is_413() -> None:
-    app = create_app(ServerSettings(max_body_bytes=4096), MemoryStore())
+    app = create_app(settings(max_body_bytes=4096), MemoryStore())
     big = {"messages": [{"role": "user", "content": "x" * 5000}]}
     async with client_for(app) as c:
         r = await c.post("/v1/sessions/s/turns", json=big)

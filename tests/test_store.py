@@ -181,9 +181,12 @@ async def two_replicas(redis_url: str, prefix: str) -> AsyncIterator[tuple[Any, 
     from judge.service.app import create_app
     from judge.service.settings import ServerSettings
 
-    apps = [create_app(ServerSettings(), replica(redis_url, prefix)) for _ in range(2)]
+    apps = [
+        create_app(ServerSettings(insecure_no_token=True), replica(redis_url, prefix))
+        for _ in range(2)
+    ]
     clients = [
-        httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://replica")
+        httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://localhost")
         for app in apps
     ]
     try:
@@ -270,7 +273,7 @@ async def test_session_state_expires_and_is_indexed(redis_url: str, prefix: str)
         await turn(store, "a", failing_repeat_history(1))
         await turn(store, "b", failing_repeat_history(1))
         assert await store.live_sessions() == 2
-        ttl_ms = await store._redis.pttl(f"{prefix}{{a}}:state")
+        ttl_ms = await store._redis.pttl(f"{prefix}{{a}}:session")
         assert 0 < ttl_ms <= 120_000
         assert await store.delete("a") is True
         assert await store.delete("a") is False
@@ -319,12 +322,12 @@ async def test_redis_down_is_store_unavailable_and_503() -> None:
     from judge.service.settings import ServerSettings
 
     store = RedisStore(TrackerConfig(), url=f"redis://127.0.0.1:{free_port()}/0")
-    app = create_app(ServerSettings(), store)
+    app = create_app(ServerSettings(insecure_no_token=True), store)
     try:
         with pytest.raises(StoreUnavailable):
             await turn(store, "s", failing_repeat_history(1))
         async with httpx.AsyncClient(
-            transport=httpx.ASGITransport(app=app), base_url="http://replica"
+            transport=httpx.ASGITransport(app=app), base_url="http://localhost"
         ) as client:
             r = await client.post("/v1/sessions/s/turns", json={"messages": []})
             assert r.status_code == 503 and "Redis" in r.json()["detail"]

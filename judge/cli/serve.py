@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import Any
 
 from pydantic import ValidationError
 from rich.console import Console
@@ -24,11 +25,26 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         "serve",
         help="run the HTTP sidecar (needs the serve extra: pip install 'loop-judge[serve]')",
         description="Serve one tracker per session over HTTP. Settings come from LOOP_JUDGE_* "
-        "variables (tracker and server); these flags override them.",
+        "variables (tracker and server); these flags override them. A bearer token "
+        "(LOOP_JUDGE_SERVER_TOKEN, or LOOP_JUDGE_SERVER_TOKENS / _FILE for several "
+        "principals) is required unless --insecure-no-token is given on a loopback bind.",
     )
     srv.add_argument("--host", help="address to bind (default: LOOP_JUDGE_HOST or 127.0.0.1)")
     srv.add_argument("--port", type=int, help="port (default: LOOP_JUDGE_PORT or 8787)")
     srv.add_argument("--redis-url", help="keep sessions in Redis (default: LOOP_JUDGE_REDIS_URL)")
+    srv.add_argument(
+        "--tokens-file",
+        type=Path,
+        help="principals and their tokens, 'name=token' per line "
+        "(default: LOOP_JUDGE_SERVER_TOKENS_FILE)",
+    )
+    srv.add_argument(
+        "--insecure-no-token",
+        action="store_true",
+        default=None,
+        help="serve without any token: every local process (and any web page whose domain "
+        "you add to the allowed hosts) can read and reset every session. Loopback only",
+    )
     srv.add_argument(
         "--dump-openapi",
         nargs="?",
@@ -38,6 +54,28 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         "'-' for stdout) and exit",
     )
     srv.set_defaults(func=run)
+
+
+def uvicorn_config(app: Any, settings: Any) -> Any:
+    """uvicorn's settings for the sidecar: the guarded protocol and connection limits.
+
+    h11 (uvicorn's pure-Python HTTP/1.1) is pinned so the per-request read deadline holds
+    whatever else is installed; its 16 KiB cap on a request head is h11's own default.
+    """
+    import uvicorn
+
+    from judge.service.protocol import guarded_protocol
+
+    return uvicorn.Config(
+        app,
+        host=settings.host,
+        port=settings.port,
+        http=guarded_protocol(settings.request_timeout_s),
+        timeout_keep_alive=max(1, round(settings.keep_alive_s)),
+        limit_concurrency=settings.max_connections,
+        log_level="info",
+        server_header=False,
+    )
 
 
 def run(args: argparse.Namespace, console: Console) -> int:
@@ -61,11 +99,14 @@ def run(args: argparse.Namespace, console: Console) -> int:
             target.write_text(text, encoding="utf-8")
             console.print(f"wrote {target}", highlight=False)
         return 0
-    overrides = {
-        key: value
-        for key, value in (("host", args.host), ("port", args.port), ("redis_url", args.redis_url))
-        if value is not None
-    }
+    flags = (
+        ("host", args.host),
+        ("port", args.port),
+        ("redis_url", args.redis_url),
+        ("server_tokens_file", args.tokens_file),
+        ("insecure_no_token", args.insecure_no_token),
+    )
+    overrides = {key: value for key, value in flags if value is not None}
     try:
         settings = ServerSettings(**overrides)
     except ValidationError as exc:
@@ -73,10 +114,16 @@ def run(args: argparse.Namespace, console: Console) -> int:
         raise UsageError(f"invalid server settings: {problems}") from exc
     settings.check_bind()  # ConfigError: exit 2 with the message, before binding anything
     app = create_app(settings)
+    principals = settings.principals()
+    who = (
+        f"{len(principals)} principal(s)"
+        if principals
+        else "NO TOKEN (--insecure-no-token): any local process can use every session"
+    )
     console.print(
         f"loop-judge sidecar on http://{settings.host}:{settings.port} "
-        f"(sessions: {'redis' if settings.redis_url else 'memory'})",
+        f"(sessions: {'redis' if settings.redis_url else 'memory'}; auth: {who})",
         highlight=False,
     )
-    uvicorn.run(app, host=settings.host, port=settings.port, log_level="info")
+    uvicorn.Server(uvicorn_config(app, settings)).run()
     return 0

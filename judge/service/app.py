@@ -1,23 +1,32 @@
 """The sidecar's HTTP API: one `LoopTracker` per session, kept in a `SessionStore`.
 
-Status codes say whose fault a failure is: 401 (token), 413 (body too large), 422 (the
-caller's history is malformed; names the message index and field), 409/503 (the session
-store: a lost lock, a busy session, Redis down; retry). A judge model failure is never an
-HTTP error: it is reported on the verdict, as the library does.
+Every session belongs to the principal whose bearer token created it; another principal
+cannot see, change or delete it (it gets 404, as for a session that does not exist).
+
+Status codes say whose fault a failure is: 400 (a Host header this server does not
+answer), 401 (token), 404 (no such session for this principal), 413 (body too large, or
+the turn exceeded its CPU budget), 422 (the caller's history or session id is malformed;
+names the message index and field), 409 (appended messages do not continue the stored
+session, or the session's lock was lost: re-send the whole history), 503 (the session
+store: a busy session, Redis down; retry). A judge model failure is never an HTTP error:
+it is reported on the verdict, as the library does.
 """
 
 from __future__ import annotations
 
-import hmac
+import hashlib
 import json
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from functools import partial
 from pathlib import Path
 from typing import Annotated, Any
 
-from fastapi import Depends, FastAPI, Request
+from fastapi import Depends, FastAPI, Request, Response
 from fastapi import Path as PathParam
+from fastapi.exception_handlers import request_validation_exception_handler
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, PlainTextResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import BaseModel, ConfigDict, Field
@@ -25,8 +34,13 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from judge.errors import HistoryError
 from judge.service.metrics import CONTENT_TYPE, Metrics
-from judge.service.settings import DEFAULT_HOST, ServerSettings
+from judge.service.settings import (
+    ANONYMOUS_PRINCIPAL,
+    DEFAULT_HOST,
+    ServerSettings,
+)
 from judge.service.store import (
+    ServedStore,
     SessionBusy,
     SessionLockLost,
     SessionStore,
@@ -34,31 +48,45 @@ from judge.service.store import (
     StoreUnavailable,
     store_from_settings,
 )
+from judge.service.turns import AppendConflict, appended_history, run_call, run_turn
+from judge.service.worker import MainLoopClient, TurnOverBudget, TurnRunner
 from judge.verdict import Verdict
 
 API_TITLE = "loop-judge sidecar"
 API_VERSION = "1"
 # The committed schema (regenerate with `loop-judge serve --dump-openapi`).
 OPENAPI_FILE = Path(__file__).with_name("openapi.json")
-# Session ids are path segments and Redis key parts: no slashes, braces or spaces. 128
-# chars fits a UUID, a ULID or "<agent>:<run>:<uuid>".
-SESSION_ID_PATTERN = r"^[A-Za-z0-9._:@-]{1,128}$"
+# Session ids are path segments and parts of store keys ("<principal>/<id>"): no slashes,
+# braces or spaces. 128 chars fits a UUID, a ULID or "<agent>:<run>:<uuid>".
+SESSION_ID_CHARS = "A-Za-z0-9._:@-"
+SESSION_ID_MAX = 128
+SESSION_ID_PATTERN = rf"^[{SESSION_ID_CHARS}]{{1,{SESSION_ID_MAX}}}$"
 # Seconds a client should wait before retrying a 503 from the store: a busy session
 # normally frees within one turn (~1 ms heuristics, seconds with a judge check).
 RETRY_AFTER_S = 1
+# Paths answered whatever the Host header says: load balancers and orchestrators probe
+# by IP address, and liveness reveals nothing about any session.
+HOST_EXEMPT_PATHS = frozenset({"/healthz"})
 
 
 class TurnRequest(BaseModel):
-    """One turn: the agent's whole history so far, as OpenAI chat messages.
+    """One turn: the agent's history, whole or only what was added since the last turn.
 
-    Send the full history each time (the tracker reads only the new tail); the messages
-    are validated by the tracker, whose errors name the message index and field.
+    Without ``start``, ``messages`` is the whole history so far (the tracker reads only
+    its new tail). With ``start``, ``messages`` are only the new ones and ``start`` the
+    index the first of them has in the agent's history, which must be where the stored
+    session ends (else 409: send the whole history once, then append again).
     """
 
     model_config = ConfigDict(extra="forbid")
 
     messages: list[dict[str, Any]] = Field(
         description="OpenAI chat messages: role, content, tool_calls, tool_call_id, name"
+    )
+    start: int | None = Field(
+        default=None,
+        ge=0,
+        description="append mode: the index of messages[0] in the agent's whole history",
     )
 
 
@@ -80,6 +108,32 @@ class DeleteResponse(BaseModel):
 class HealthResponse(BaseModel):
     status: str = "ok"
     store: str = Field(description='"memory" or "redis"')
+
+
+class ErrorResponse(BaseModel):
+    detail: str
+
+
+class ConflictResponse(BaseModel):
+    detail: str
+    expected_start: int | None = Field(
+        default=None, description="where the stored history ends (append conflicts only)"
+    )
+
+
+class OverBudgetResponse(BaseModel):
+    detail: str
+    limit: str = Field(description="the setting that bounds it")
+    budget_s: float
+
+
+def _json_error(status: int, content: dict[str, Any], **headers: str) -> Response:
+    return Response(
+        json.dumps(content).encode(),
+        status_code=status,
+        media_type="application/json",
+        headers=headers or None,
+    )
 
 
 class _BodyTooLarge(Exception):
@@ -137,29 +191,69 @@ class BodyLimit:
                 await self._refuse(send)
 
     async def _refuse(self, send: Send) -> None:
-        body = json.dumps(
-            {
-                "detail": f"request body larger than {self.max_bytes} bytes "
-                "(LOOP_JUDGE_MAX_BODY_BYTES)"
-            }
-        ).encode()
-        await send(
-            {
-                "type": "http.response.start",
-                "status": 413,
-                "headers": [
-                    (b"content-type", b"application/json"),
-                    (b"content-length", str(len(body)).encode()),
-                    (b"connection", b"close"),
-                ],
-            }
+        detail = f"request body larger than {self.max_bytes} bytes (LOOP_JUDGE_MAX_BODY_BYTES)"
+        await _send_json(send, 413, {"detail": detail}, close=True)
+
+
+async def _send_json(send: Send, status: int, content: dict[str, Any], *, close: bool) -> None:
+    body = json.dumps(content).encode()
+    headers = [
+        (b"content-type", b"application/json"),
+        (b"content-length", str(len(body)).encode()),
+    ]
+    if close:
+        headers.append((b"connection", b"close"))
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
+
+
+def host_name(header: bytes) -> str:
+    """The name in a Host header, lower case, without port or IPv6 brackets."""
+    text = header.decode("latin-1").strip().lower()
+    if text.startswith("["):
+        return text[1 : text.find("]")] if "]" in text else text
+    return text.rsplit(":", 1)[0] if text.count(":") == 1 else text
+
+
+class HostCheck:
+    """Answer only requests whose Host header names this server (DNS rebinding).
+
+    A web page can make a browser resolve its own domain to 127.0.0.1 and then call the
+    sidecar; the browser still sends the page's domain as Host, which is refused here.
+    """
+
+    def __init__(self, app: ASGIApp, names: frozenset[str] | None, metrics: Metrics) -> None:
+        self.app = app
+        self.names = names
+        self.metrics = metrics
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or self.names is None or scope["path"] in HOST_EXEMPT_PATHS:
+            await self.app(scope, receive, send)
+            return
+        header = dict(scope.get("headers") or ()).get(b"host", b"")
+        name = host_name(header)
+        if name in self.names:
+            await self.app(scope, receive, send)
+            return
+        self.metrics.inc("loop_judge_rejected_requests_total", reason="host")
+        detail = (
+            f"Host {name[:100]!r} is not served here: add it to LOOP_JUDGE_ALLOWED_HOSTS "
+            "(comma list) if clients reach this sidecar by that name"
         )
-        await send({"type": "http.response.body", "body": body})
+        await _send_json(send, 400, {"detail": detail}, close=False)
 
 
-_bearer = HTTPBearer(auto_error=False, description="the value of LOOP_JUDGE_SERVER_TOKEN")
+_bearer = HTTPBearer(
+    auto_error=False,
+    description="a token of LOOP_JUDGE_SERVER_TOKEN(S); its principal owns the sessions",
+)
 SessionId = Annotated[
-    str, PathParam(pattern=SESSION_ID_PATTERN, description="the caller's id for the session")
+    str,
+    PathParam(
+        pattern=SESSION_ID_PATTERN,
+        description=f"the caller's id for the session: 1-{SESSION_ID_MAX} of {SESSION_ID_CHARS}",
+    ),
 ]
 
 
@@ -167,17 +261,36 @@ class _Unauthorized(Exception):
     """Raised by the auth dependency; answered 401 with a WWW-Authenticate header."""
 
 
-async def authorize(
+def _digest(token: bytes) -> bytes:
+    return hashlib.sha256(token).digest()
+
+
+async def principal_of(
     request: Request,
     credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
-) -> None:
-    """Check the bearer token when the server has one (constant-time comparison)."""
-    token: bytes | None = request.app.state.token
-    if token is None:
-        return
+) -> str:
+    """The caller's principal, from its bearer token.
+
+    Tokens are compared by their SHA-256 digests, looked up in a dict: the time taken says
+    nothing about how much of a guess was right (no prefix of a digest can be aimed at).
+    """
+    principals: dict[bytes, str] | None = request.app.state.principals
+    if principals is None:
+        return ANONYMOUS_PRINCIPAL
     given = credentials.credentials.encode() if credentials is not None else b""
-    if not hmac.compare_digest(given, token):
+    principal = principals.get(_digest(given)) if given else None
+    if principal is None:
         raise _Unauthorized
+    return principal
+
+
+Principal = Annotated[str, Depends(principal_of)]
+
+
+def store_key(principal: str, session_id: str) -> str:
+    """The store key of a principal's session: '/' appears in neither part, so no two
+    (principal, session) pairs share a key."""
+    return f"{principal}/{session_id}"
 
 
 def _history_error_response(exc: HistoryError) -> JSONResponse:
@@ -198,15 +311,20 @@ def _history_error_response(exc: HistoryError) -> JSONResponse:
     return JSONResponse(status_code=422, content={"detail": [item]})
 
 
-def _store_error_response(exc: StoreError) -> JSONResponse:
+def _store_error_response(exc: StoreError) -> Response:
     if isinstance(exc, SessionLockLost):
-        return JSONResponse(status_code=409, content={"detail": str(exc)})
+        return _json_error(409, {"detail": str(exc)})
     status = 503 if isinstance(exc, (StoreUnavailable, SessionBusy)) else 500
-    return JSONResponse(
-        status_code=status,
-        content={"detail": str(exc)},
-        headers={"Retry-After": str(RETRY_AFTER_S)},
-    )
+    return _json_error(status, {"detail": str(exc)}, **{"Retry-After": str(RETRY_AFTER_S)})
+
+
+def _served(store: SessionStore) -> ServedStore:
+    if not isinstance(store, ServedStore):
+        raise TypeError(
+            f"{type(store).__name__} cannot back the server: it needs open() and persists "
+            "(MemoryStore and RedisStore have them)"
+        )
+    return store
 
 
 def create_app(
@@ -214,20 +332,25 @@ def create_app(
 ) -> FastAPI:
     """Build the ASGI app; ``store`` defaults to the one ``settings`` describes.
 
-    The store is closed when the app shuts down. Raises `ConfigError` for a bind that
-    needs a token and has none, so no insecure app can be built, even by hand.
+    The store is closed when the app shuts down. Raises `ConfigError` for settings that
+    would serve unsafely (no token without the loopback-only opt-out), so no insecure app
+    can be built, even by hand.
     """
     settings = settings if settings is not None else ServerSettings()
     settings.check_bind()
-    store = store if store is not None else store_from_settings(settings)
+    served = _served(store if store is not None else store_from_settings(settings))
     metrics = Metrics()
+    runner = TurnRunner(threads=settings.worker_threads, cpu_budget_s=settings.turn_cpu_budget_s)
+    if served.config.fast_model:
+        # Judge requests go back to the server's loop, which owns the connection pools.
+        _bridge_judge(served, runner)
 
     @asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
         try:
             yield
         finally:
-            await store.aclose()
+            await served.aclose()
 
     app = FastAPI(
         title=API_TITLE,
@@ -235,21 +358,34 @@ def create_app(
         description=(__doc__ or "").strip(),
         lifespan=lifespan,
     )
-    app.state.store = store
+    app.state.store = served
     app.state.metrics = metrics
     app.state.settings = settings
-    app.state.token = (
-        settings.server_token.get_secret_value().encode() if settings.server_token else None
+    app.state.runner = runner
+    tokens = settings.principals()
+    app.state.principals = (
+        {_digest(token.encode()): name for token, name in tokens.items()} if tokens else None
     )
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
+    app.add_middleware(HostCheck, names=settings.host_names(), metrics=metrics)
 
     @app.exception_handler(_Unauthorized)
-    async def _unauthorized(_request: Request, _exc: _Unauthorized) -> JSONResponse:
-        return JSONResponse(
-            status_code=401,
-            content={"detail": "missing or wrong bearer token"},
-            headers={"WWW-Authenticate": "Bearer"},
+    async def _unauthorized(_request: Request, _exc: _Unauthorized) -> Response:
+        metrics.inc("loop_judge_rejected_requests_total", reason="token")
+        return _json_error(
+            401, {"detail": "missing or wrong bearer token"}, **{"WWW-Authenticate": "Bearer"}
         )
+
+    @app.exception_handler(RequestValidationError)
+    async def _invalid(request: Request, exc: RequestValidationError) -> Response:
+        # A bad session id gets a sentence naming the rule, not only the regex.
+        for error in exc.errors():
+            if tuple(error.get("loc", ())) == ("path", "session_id"):
+                error["msg"] = (
+                    f"session id must be 1-{SESSION_ID_MAX} characters of {SESSION_ID_CHARS} "
+                    "(no '/', spaces or braces)"
+                )
+        return await request_validation_exception_handler(request, exc)
 
     @app.exception_handler(HistoryError)
     async def _history(_request: Request, exc: HistoryError) -> JSONResponse:
@@ -257,67 +393,90 @@ def create_app(
         return _history_error_response(exc)
 
     @app.exception_handler(StoreError)
-    async def _store(_request: Request, exc: StoreError) -> JSONResponse:
+    async def _store(_request: Request, exc: StoreError) -> Response:
         metrics.inc("loop_judge_store_errors_total", error=type(exc).__name__)
         return _store_error_response(exc)
 
-    authorized = [Depends(authorize)]
+    @app.exception_handler(AppendConflict)
+    async def _conflict(_request: Request, exc: AppendConflict) -> Response:
+        metrics.inc("loop_judge_rejected_requests_total", reason="append_conflict")
+        return _json_error(409, {"detail": str(exc), "expected_start": exc.expected_start})
+
+    @app.exception_handler(TurnOverBudget)
+    async def _over_budget(_request: Request, exc: TurnOverBudget) -> Response:
+        metrics.inc("loop_judge_rejected_requests_total", reason="cpu_budget")
+        content = {"detail": str(exc), "limit": "turn_cpu_budget_s", "budget_s": exc.budget_s}
+        return _json_error(413, content)
 
     @app.post(
         "/v1/sessions/{session_id}/turns",
         response_model=Verdict,
-        dependencies=authorized,
         summary="Count one turn and say whether the agent is looping",
-        responses={422: {"description": "malformed history (names message index and field)"}},
+        responses={
+            409: {"model": ConflictResponse, "description": "re-send the whole history"},
+            413: {"model": OverBudgetResponse, "description": "body or CPU budget exceeded"},
+            422: {"description": "malformed history (names message index and field)"},
+        },
     )
-    async def turn(session_id: SessionId, body: TurnRequest) -> Verdict:
+    async def turn(session_id: SessionId, body: TurnRequest, principal: Principal) -> Response:
         started = time.perf_counter()
-        async with store.session(session_id) as tracker:
-            verdict = await tracker.turn_started(body.messages)
-        metrics.record_turn(verdict, time.perf_counter() - started)
-        return verdict
+        async with served.open(store_key(principal, session_id)) as session:
+            history = (
+                body.messages
+                if body.start is None
+                else appended_history(session, body.start, body.messages)
+            )
+            try:
+                outcome = await runner.run(partial(run_turn, session, history, served.persists))
+            except TurnOverBudget:
+                session.discard()  # stopped mid-way: the tracker may be half-updated
+                raise
+        metrics.record_turn(outcome.verdict, time.perf_counter() - started)
+        return Response(outcome.body, media_type="application/json")
 
     @app.post(
         "/v1/sessions/{session_id}/calls",
         response_model=Verdict,
-        dependencies=authorized,
         summary="Would this tool call be a repeat past its limit? (counts no turn)",
+        responses={413: {"model": OverBudgetResponse, "description": "CPU budget exceeded"}},
     )
-    async def call(session_id: SessionId, body: CallRequest) -> Verdict:
+    async def call(session_id: SessionId, body: CallRequest, principal: Principal) -> Response:
         started = time.perf_counter()
-        async with store.session(session_id, readonly=True) as tracker:
-            verdict = tracker.check_call(body.name, body.arguments)
-        metrics.record_call(verdict, time.perf_counter() - started)
-        return verdict
+        async with served.open(store_key(principal, session_id), readonly=True) as session:
+            outcome = await runner.run(partial(run_call, session, body.name, body.arguments))
+        metrics.record_call(outcome.verdict, time.perf_counter() - started)
+        return Response(outcome.body, media_type="application/json")
 
     @app.delete(
         "/v1/sessions/{session_id}",
         response_model=DeleteResponse,
-        dependencies=authorized,
         summary="Forget a session (its turn count, detector windows, strikes)",
+        responses={404: {"model": ErrorResponse, "description": "no such session"}},
     )
-    async def delete(session_id: SessionId) -> DeleteResponse:
-        return DeleteResponse(deleted=await store.delete(session_id))
+    async def delete(session_id: SessionId, principal: Principal) -> Any:
+        if await served.delete(store_key(principal, session_id)):
+            return DeleteResponse(deleted=True)
+        # The same answer whether the session never existed or is another principal's.
+        return _json_error(404, {"detail": f"no session {session_id!r}"})
 
     @app.get(
         "/healthz",
         response_model=HealthResponse,
-        summary="Liveness and store reachability (no token needed)",
+        summary="Liveness and store reachability (no token or Host check)",
         responses={503: {"description": "the session store is unreachable"}},
     )
     async def healthz() -> HealthResponse:
-        await store.ping()
-        return HealthResponse(store=store.kind)
+        await served.ping()
+        return HealthResponse(store=served.kind)
 
     @app.get(
         "/metrics",
         response_class=PlainTextResponse,
-        dependencies=authorized,
-        summary="Prometheus metrics (text format 0.0.4)",
+        summary="Prometheus metrics of all principals together (text format 0.0.4)",
     )
-    async def metrics_endpoint() -> PlainTextResponse:
+    async def metrics_endpoint(_principal: Principal) -> PlainTextResponse:
         try:
-            live: int | None = await store.live_sessions()
+            live: int | None = await served.live_sessions()
         except StoreError:
             live = None  # a scrape must not fail because Redis blinked
         return PlainTextResponse(metrics.render(sessions_live=live), media_type=CONTENT_TYPE)
@@ -325,11 +484,30 @@ def create_app(
     return app
 
 
+def _bridge_judge(store: ServedStore, runner: TurnRunner) -> None:
+    """Make the store's trackers send judge requests through the server's loop."""
+    from judge.llm._litellm import LiteLLMClient
+
+    current = getattr(store, "judge_client", None)
+    if isinstance(current, MainLoopClient):
+        return
+    inner = current if current is not None else LiteLLMClient.from_config(store.config)
+    store.judge_client = MainLoopClient(inner, runner)
+
+
 def openapi_schema() -> dict[str, Any]:
     """The API's schema, independent of settings (what `OPENAPI_FILE` holds)."""
     from judge.service.store import MemoryStore
 
-    return create_app(ServerSettings(host=DEFAULT_HOST), MemoryStore()).openapi()
+    settings = ServerSettings(
+        host=DEFAULT_HOST,
+        insecure_no_token=True,
+        server_token=None,
+        server_tokens=None,
+        server_tokens_file=None,
+        allowed_hosts=None,
+    )
+    return create_app(settings, MemoryStore()).openapi()
 
 
 def openapi_text() -> str:

@@ -49,6 +49,11 @@ _HELP: dict[str, tuple[str, str]] = {
     "loop_judge_judge_cost_usd_total": ("counter", "Judge cost in US$ as litellm priced it."),
     "loop_judge_history_errors_total": ("counter", "Requests refused for a malformed history."),
     "loop_judge_store_errors_total": ("counter", "Requests failed by the session store."),
+    "loop_judge_rejected_requests_total": (
+        "counter",
+        "Requests refused before or during a turn, by reason (host, token, cpu_budget, "
+        "append_conflict).",
+    ),
     "loop_judge_judge_latency_seconds": ("histogram", "Latency of one judge model call."),
     "loop_judge_request_duration_seconds": ("histogram", "Time to answer a turn or call."),
     "loop_judge_sessions_live": ("gauge", "Sessions used within the idle TTL."),

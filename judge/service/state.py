@@ -1,11 +1,18 @@
-"""A tracker to bytes and back, so a session can live in Redis between turns.
+"""A session to bytes and back, so it can live in Redis between turns.
 
-The format is the tracker's own serializable state (`judge.state.TrackerState`) as JSON:
-no pickle, so whoever can write to the store cannot run code in the server.
+A session is the tracker's serializable state (`judge.state.TrackerState`) plus the
+server's own bookkeeping for the append API: how long the agent's history was at the last
+turn and its last entry, as the agent sent it. Stored as zlib-compressed JSON (level 1:
+~0.1 ms for a 30 kB state, a fifth of the bytes) behind a format tag; no pickle, so
+whoever can write to the store cannot run code in the server, and the decompressed size
+is capped, so a planted value cannot exhaust memory either.
 """
 
 from __future__ import annotations
 
+import json
+import zlib
+from dataclasses import dataclass
 from typing import Any
 
 from pydantic import ValidationError
@@ -16,10 +23,27 @@ from judge.llm._litellm import LLMClient
 from judge.state import TrackerState
 from judge.tracker import LoopTracker
 
+# Leads every stored session of this format; anything else is another version's.
+SESSION_FORMAT = b"lj-session-1\n"
+# zlib level 1: most of the size win (JSON of repeated keys and messages) at the least CPU.
+COMPRESS_LEVEL = 1
+# A stored session never legitimately decompresses beyond this: the request body cap
+# (8 MiB) bounds what one turn adds, and the tracker keeps bounded windows of it.
+MAX_SESSION_BYTES = 64 * 1024 * 1024
+
 
 class StateFormatError(StateError):
     """Stored session bytes that are not readable tracker state (a `StateError`, so one
     ``except StateError`` covers a state from the store and one handed in directly)."""
+
+
+@dataclass
+class SessionData:
+    """One session as the server keeps it between turns."""
+
+    tracker: LoopTracker
+    length: int = 0  # messages in the agent's history at the last turn
+    tail: Any = None  # that history's last entry, as sent (None when it was empty)
 
 
 def new_tracker(config: TrackerConfig, client: LLMClient | None = None) -> LoopTracker:
@@ -28,7 +52,7 @@ def new_tracker(config: TrackerConfig, client: LLMClient | None = None) -> LoopT
 
 
 def dump_tracker(tracker: LoopTracker) -> bytes:
-    """Serialize everything the tracker remembers about its conversation."""
+    """Serialize everything the tracker remembers about its conversation (plain JSON)."""
     return tracker.state.model_dump_json().encode("utf-8")
 
 
@@ -38,7 +62,47 @@ def load_tracker(
     """Rebuild a tracker from `dump_tracker` bytes, under the server's config."""
     try:
         state = TrackerState.model_validate_json(data)
-        kwargs: dict[str, Any] = {} if client is None else {"client": client}
-        return LoopTracker.from_state(config, state, **kwargs)
+        return _from_state(config, state, client)
     except (ValidationError, StateError) as exc:
         raise StateFormatError(f"session bytes are not readable tracker state: {exc}") from exc
+
+
+def _from_state(
+    config: TrackerConfig, state: TrackerState, client: LLMClient | None
+) -> LoopTracker:
+    kwargs: dict[str, Any] = {} if client is None else {"client": client}
+    return LoopTracker.from_state(config, state, **kwargs)
+
+
+def dump_session(tracker: LoopTracker, length: int, tail: Any) -> bytes:
+    """A session's stored bytes: format tag, then compressed JSON."""
+    head = json.dumps({"length": length, "tail": tail}, separators=(",", ":"))
+    # The state is spliced in as its own JSON text: no second pass over the largest part.
+    body = head[:-1].encode("utf-8") + b',"state":' + dump_tracker(tracker) + b"}"
+    return SESSION_FORMAT + zlib.compress(body, COMPRESS_LEVEL)
+
+
+def load_session(
+    config: TrackerConfig, data: bytes, client: LLMClient | None = None
+) -> SessionData:
+    """Rebuild a session from `dump_session` bytes; `StateFormatError` if unreadable."""
+    if not data.startswith(SESSION_FORMAT):
+        raise StateFormatError("stored session is not in this server's format")
+    inflate = zlib.decompressobj()
+    try:
+        text = inflate.decompress(data[len(SESSION_FORMAT) :], MAX_SESSION_BYTES)
+    except zlib.error as exc:
+        raise StateFormatError(f"stored session is not valid zlib data: {exc}") from exc
+    if inflate.unconsumed_tail:
+        raise StateFormatError(f"stored session inflates beyond {MAX_SESSION_BYTES} bytes")
+    try:
+        raw = json.loads(text)
+        state = TrackerState.model_validate(raw["state"])
+        length, tail = raw["length"], raw["tail"]
+        if not isinstance(length, int) or length < 0:
+            raise StateFormatError(f"stored session has a bad history length {length!r}")
+        return SessionData(_from_state(config, state, client), length, tail)
+    except (ValueError, KeyError, TypeError, ValidationError, StateError) as exc:
+        if isinstance(exc, StateFormatError):
+            raise
+        raise StateFormatError(f"stored session is not readable tracker state: {exc}") from exc

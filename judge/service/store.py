@@ -2,13 +2,18 @@
 
 A store hands out one session's tracker at a time::
 
-    async with store.session(session_id) as tracker:
+    async with store.session(key) as tracker:
         verdict = await tracker.turn_started(messages)
 
 Entering loads the tracker (a fresh one for a new session) and takes the session's lock,
 so turns of one session never interleave; leaving normally saves it. When the body
 raises, nothing is saved, so a failed turn leaves the stored session as it was.
-``readonly=True`` (preflight checks, which change no state) neither locks nor saves.
+``readonly=True`` (preflight checks, which change no state) neither creates nor saves.
+The server uses `open`, the same with the whole `Session` (the tracker plus what the
+append API needs), which it may serialize itself off the event loop or `discard`.
+
+Keys are opaque here: the server makes them ``<principal>/<session id>``, so sessions of
+different principals never meet in a store.
 
 Errors (all `StoreError`, a `LoopJudgeError`)::
 
@@ -23,6 +28,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import secrets
 import time
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable, Iterator
@@ -42,7 +48,14 @@ from judge.service.settings import (
     DEFAULT_MAX_SESSIONS,
     DEFAULT_SESSION_TTL_S,
 )
-from judge.service.state import StateFormatError, dump_tracker, load_tracker, new_tracker
+from judge.service.state import (
+    SessionData,
+    StateFormatError,
+    dump_session,
+    load_session,
+    load_tracker,
+    new_tracker,
+)
 from judge.tracker import LoopTracker
 
 if TYPE_CHECKING:
@@ -57,13 +70,27 @@ LOCK_POLL_S = 0.02
 # The lease is renewed this many times per lease period, so one missed renewal (a GC pause,
 # a slow Redis) still leaves time for the next before the lock expires.
 LOCK_RENEWALS_PER_LEASE = 3
+# Bytes of randomness in a save's generation tag: a cached tracker is reused only if the
+# stored tag is still the one this replica wrote, and 64 bits never collide by chance.
+GENERATION_BYTES = 8
+
+# Reads a session, skipping its (large) data when the caller's cached copy is current.
+# KEYS: session hash. ARGV: the generation the caller holds ('' for none).
+# Returns {} (no session), {gen} (the caller's copy is current) or {gen, data}.
+_READ_UNLESS_CURRENT = """
+local gen = redis.call('hget', KEYS[1], 'gen')
+if not gen then return {} end
+if gen == ARGV[1] then return {gen} end
+return {gen, redis.call('hget', KEYS[1], 'data')}
+"""
 
 # Saves only while we still hold the lock (a fencing check): a replica that stalled past
 # its lease must not overwrite the turn another replica ran meanwhile.
-# KEYS: lock, state. ARGV: our lock token, state bytes, TTL in ms.
+# KEYS: lock, session hash. ARGV: our lock token, generation, data, TTL in ms.
 _SAVE_IF_OWNER = """
 if redis.call('get', KEYS[1]) ~= ARGV[1] then return 0 end
-redis.call('set', KEYS[2], ARGV[2], 'PX', ARGV[3])
+redis.call('hset', KEYS[2], 'gen', ARGV[2], 'data', ARGV[3])
+redis.call('pexpire', KEYS[2], ARGV[4])
 return 1
 """
 
@@ -92,9 +119,27 @@ class SessionLockLost(StoreError):
     """
 
 
+@dataclass(eq=False)
+class Session(SessionData):
+    """A session checked out of a store for one request.
+
+    ``blob``: the caller's own `dump_session` of the finished turn (made off the event
+    loop), saved as is; without one the store serializes. ``discard()``: the tracker may
+    be half-updated (a turn stopped mid-way), so it is not saved, and a store that keeps
+    live trackers forgets it.
+    """
+
+    blob: bytes | None = None
+    discarded: bool = False
+
+    def discard(self) -> None:
+        self.discarded = True
+
+
 @runtime_checkable
 class SessionStore(Protocol):
-    """One seam for every backend: the server and the proxy guardrail only use this."""
+    """One seam for every backend: the server, the proxy guardrail and the framework
+    integrations only use this."""
 
     kind: str
 
@@ -121,21 +166,50 @@ class SessionStore(Protocol):
         ...
 
 
+@runtime_checkable
+class ServedStore(SessionStore, Protocol):
+    """What the HTTP server needs beyond `SessionStore`: whole sessions, and whether they
+    are serialized after each turn (so the server does it in the turn's worker thread)."""
+
+    persists: bool
+    config: TrackerConfig
+    judge_client: LLMClient | None
+
+    def open(self, key: str, *, readonly: bool = False) -> AbstractAsyncContextManager[Session]:
+        """As `session`, yielding the whole `Session`."""
+        ...
+
+
 def _load_or_fresh(
     session_id: str,
     data: bytes | str | None,
     config: TrackerConfig,
     client: LLMClient | None,
 ) -> LoopTracker:
+    """A tracker from plain `dump_tracker` bytes, or a fresh one if they are unreadable."""
     if data is None:
         return new_tracker(config, client)
     try:
         return load_tracker(config, data, client)
     except (StateError, StateFormatError) as exc:
-        # Saved by another configuration or version (a rolling deploy): starting the session
-        # over loses its history, but refusing it would wedge the agent until the TTL.
         logger.warning("session %s: stored state unreadable (%s); starting over", session_id, exc)
         return new_tracker(config, client)
+
+
+def _session_or_fresh(
+    key: str, data: bytes | str | None, config: TrackerConfig, client: LLMClient | None
+) -> Session:
+    if data is not None:
+        try:
+            raw = data.encode("latin-1") if isinstance(data, str) else data
+            loaded = load_session(config, raw, client)
+            return Session(loaded.tracker, loaded.length, loaded.tail)
+        except StateError as exc:
+            # Saved by another configuration or version (a rolling deploy): starting the
+            # session over loses its history, but refusing it would wedge the agent until
+            # the TTL. The key is logged, never the state (it quotes the conversation).
+            logger.warning("session %s: stored state unreadable (%s); starting over", key, exc)
+    return Session(new_tracker(config, client))
 
 
 # -- in memory ---------------------------------------------------------------------------
@@ -143,7 +217,7 @@ def _load_or_fresh(
 
 @dataclass(eq=False)
 class _Entry:
-    tracker: LoopTracker
+    session: Session
     last_used: float
     lock: anyio.Lock = field(default_factory=anyio.Lock)
     users: int = 0
@@ -158,6 +232,7 @@ class MemoryStore:
     """
 
     kind = "memory"
+    persists = False
 
     def __init__(
         self,
@@ -170,7 +245,7 @@ class MemoryStore:
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.config = config if config is not None else TrackerConfig()
-        self._client = judge_client
+        self.judge_client = judge_client
         self._max = max_sessions
         self._ttl = session_ttl_s
         self._lock_wait = lock_wait_s
@@ -200,44 +275,54 @@ class MemoryStore:
                 del self._entries[sid]
                 excess -= 1
 
-    def _use(self, session_id: str, now: float) -> _Entry:
+    def _use(self, key: str, now: float, *, create: bool) -> _Entry | None:
         """The session's entry, marked in use (so eviction spares it) and most recent."""
-        entry = self._entries.get(session_id)
+        entry = self._entries.get(key)
         if entry is None:
-            entry = _Entry(new_tracker(self.config, self._client), now)
-            self._entries[session_id] = entry
+            if not create:
+                return None
+            entry = _Entry(Session(new_tracker(self.config, self.judge_client)), now)
+            self._entries[key] = entry
         entry.users += 1
         entry.last_used = now
-        self._entries.move_to_end(session_id)
+        self._entries.move_to_end(key)
         self._evict()
         return entry
 
     @asynccontextmanager
-    async def session(
-        self, session_id: str, *, readonly: bool = False
-    ) -> AsyncIterator[LoopTracker]:
+    async def open(self, key: str, *, readonly: bool = False) -> AsyncIterator[Session]:
         now = self._clock()
         self._expire(now)
-        if readonly:
-            entry = self._entries.get(session_id)
-            yield entry.tracker if entry is not None else new_tracker(self.config, self._client)
+        entry = self._use(key, now, create=not readonly)
+        if entry is None:  # a preflight on an unknown session: a fresh tracker, not kept
+            yield Session(new_tracker(self.config, self.judge_client))
             return
-        entry = self._use(session_id, now)
         try:
+            # Readers lock too: turns run in worker threads, and a preflight must not read
+            # detector state while a turn is changing it.
             try:
                 with anyio.fail_after(self._lock_wait):
                     await entry.lock.acquire()
             except TimeoutError:
                 raise SessionBusy(
-                    f"session {session_id!r} is busy with another turn", session_id=session_id
+                    f"session {key!r} is busy with another turn", session_id=key
                 ) from None
             try:
-                yield entry.tracker
+                yield entry.session
             finally:
                 entry.lock.release()
                 entry.last_used = self._clock()
+                if entry.session.discarded and self._entries.get(key) is entry:
+                    del self._entries[key]
         finally:
             entry.users -= 1
+
+    @asynccontextmanager
+    async def session(
+        self, session_id: str, *, readonly: bool = False
+    ) -> AsyncIterator[LoopTracker]:
+        async with self.open(session_id, readonly=readonly) as session:
+            yield session.tracker
 
     async def delete(self, session_id: str) -> bool:
         return self._entries.pop(session_id, None) is not None
@@ -272,18 +357,25 @@ def _redis_errors(session_id: str | None = None) -> Iterator[None]:
 class RedisStore:
     """Sessions in Redis, shared by every replica pointed at the same server.
 
-    Each session is one key holding the tracker's bytes (expiring after the idle TTL)
-    and one lock key (a redis-py `Lock`: a random token with a lease). A turn takes the
-    lock, loads, runs, and saves with a script that writes only while the token is still
-    ours; the lease is renewed in the background while the turn runs, so only a replica
-    that dies holding it makes others wait, for at most one lease. Nothing lives in the
-    replica between turns, so restarting it loses nothing.
+    Each session is one hash (``gen``: a random tag of the last save; ``data``: the
+    compressed session, `dump_session`) expiring after the idle TTL, and one lock key (a
+    redis-py `Lock`: a random token with a lease). A turn takes the lock, loads, runs, and
+    saves with a script that writes only while the token is still ours; the lease is
+    renewed in the background while the turn runs, so only a replica that dies holding it
+    makes others wait, for at most one lease (5 s by default). Nothing is lost when a
+    replica restarts.
 
-    Both keys of a session share a hash tag, so the save script also runs on Redis Cluster.
+    Each replica keeps the live trackers it saved last (an LRU of ``max_sessions``) with
+    their tags: when the stored tag is still its own, the turn reuses the tracker instead
+    of reading and rebuilding it (the usual case behind a sticky load balancer, and always
+    with one replica); any other replica's save changes the tag, and the state is read.
+
+    Both keys of a session share a hash tag, so the scripts also run on Redis Cluster.
     The live-session index (a sorted set) is for the metrics gauge only.
     """
 
     kind = "redis"
+    persists = True
 
     def __init__(
         self,
@@ -296,6 +388,7 @@ class RedisStore:
         lock_lease_s: float = DEFAULT_LOCK_LEASE_S,
         lock_wait_s: float = DEFAULT_LOCK_WAIT_S,
         key_prefix: str = DEFAULT_KEY_PREFIX,
+        max_sessions: int = DEFAULT_MAX_SESSIONS,
         clock: Callable[[], float] = time.time,
     ) -> None:
         if (url is None) == (redis is None):
@@ -305,8 +398,8 @@ class RedisStore:
 
             redis = Redis.from_url(url)  # type: ignore[arg-type]
         self.config = config if config is not None else TrackerConfig()
+        self.judge_client = judge_client
         self._redis = redis
-        self._client = judge_client
         self._ttl_ms = max(1, round(session_ttl_s * 1000))
         self._ttl_s = session_ttl_s
         self._lease = lock_lease_s
@@ -315,11 +408,14 @@ class RedisStore:
         self._index = f"{key_prefix}sessions"
         # Wall clock, not monotonic: index scores are compared across replicas.
         self._clock = clock
+        self._read = redis.register_script(_READ_UNLESS_CURRENT)
         self._save = redis.register_script(_SAVE_IF_OWNER)
+        self._cache: OrderedDict[str, tuple[bytes, Session]] = OrderedDict()
+        self._cache_size = max_sessions
 
-    def _keys(self, session_id: str) -> tuple[str, str]:
-        base = f"{self._prefix}{{{session_id}}}"
-        return f"{base}:state", f"{base}:lock"
+    def _keys(self, key: str) -> tuple[str, str]:
+        base = f"{self._prefix}{{{key}}}"
+        return f"{base}:session", f"{base}:lock"
 
     async def _renew(self, lock: RedisLock) -> None:
         """Keep the lease alive while the turn runs (cancelled when it ends)."""
@@ -334,15 +430,27 @@ class RedisStore:
                 logger.warning("could not renew session lock %s: %s", lock.name, exc)
                 return
 
+    async def _fetch(self, key: str, session_key: str) -> Session:
+        """The session, from this replica's cache when the stored tag is still ours."""
+        cached = self._cache.pop(key, None)  # in use now; put back only after a save
+        with _redis_errors(key):
+            reply = await self._read(keys=[session_key], args=[cached[0] if cached else b""])
+        if not reply:
+            return Session(new_tracker(self.config, self.judge_client))
+        if len(reply) == 1 and cached is not None:
+            session = cached[1]
+            session.blob, session.discarded = None, False
+            return session
+        return _session_or_fresh(key, reply[1], self.config, self.judge_client)
+
     @asynccontextmanager
-    async def session(
-        self, session_id: str, *, readonly: bool = False
-    ) -> AsyncIterator[LoopTracker]:
-        state_key, lock_key = self._keys(session_id)
+    async def open(self, key: str, *, readonly: bool = False) -> AsyncIterator[Session]:
+        session_key, lock_key = self._keys(key)
         if readonly:
-            with _redis_errors(session_id):
-                data = await self._redis.get(state_key)
-            yield _load_or_fresh(session_id, data, self.config, self._client)
+            # No lock and no cache: a fresh copy that nobody else is changing.
+            with _redis_errors(key):
+                data = await self._redis.hget(session_key, "data")
+            yield _session_or_fresh(key, data, self.config, self.judge_client)
             return
 
         lock = self._redis.lock(
@@ -352,41 +460,55 @@ class RedisStore:
             sleep=LOCK_POLL_S,
             thread_local=False,  # one event loop thread serves every request
         )
-        with _redis_errors(session_id):
+        with _redis_errors(key):
             acquired = await lock.acquire()
         if not acquired:
             raise SessionBusy(
-                f"session {session_id!r} is busy with another turn (waited {self._wait:g} s)",
-                session_id=session_id,
+                f"session {key!r} is busy with another turn (waited {self._wait:g} s)",
+                session_id=key,
             )
         # A plain task, not a task group: the body of this context manager runs in the
         # caller's scope (anyio: never yield from inside a task group).
         renewal = asyncio.create_task(self._renew(lock))
         try:
-            with _redis_errors(session_id):
-                data = await self._redis.get(state_key)
-            tracker = _load_or_fresh(session_id, data, self.config, self._client)
-            yield tracker
-            blob = dump_tracker(tracker)
-            with _redis_errors(session_id):
+            session = await self._fetch(key, session_key)
+            yield session
+            if session.discarded:
+                return
+            blob = session.blob
+            if blob is None:
+                blob = dump_session(session.tracker, session.length, session.tail)
+            generation = secrets.token_hex(GENERATION_BYTES).encode()
+            with _redis_errors(key):
                 async with self._redis.pipeline(transaction=False) as pipe:
                     await self._save(
-                        keys=[lock_key, state_key],
-                        args=[lock.local.token, blob, self._ttl_ms],
+                        keys=[lock_key, session_key],
+                        args=[lock.local.token, generation, blob, self._ttl_ms],
                         client=pipe,
                     )
-                    pipe.zadd(self._index, {session_id: self._clock()})
+                    pipe.zadd(self._index, {key: self._clock()})
                     saved, _ = await pipe.execute()
             if not saved:
                 raise SessionLockLost(
-                    f"session {session_id!r}: lock expired or session deleted during the "
+                    f"session {key!r}: lock expired or session deleted during the "
                     "turn; its result was not saved",
-                    session_id=session_id,
+                    session_id=key,
                 )
+            session.blob = None
+            self._cache[key] = (generation, session)
+            while len(self._cache) > self._cache_size:
+                self._cache.popitem(last=False)
         finally:
             renewal.cancel()
             with anyio.CancelScope(shield=True):
                 await self._release(lock)
+
+    @asynccontextmanager
+    async def session(
+        self, session_id: str, *, readonly: bool = False
+    ) -> AsyncIterator[LoopTracker]:
+        async with self.open(session_id, readonly=readonly) as session:
+            yield session.tracker
 
     @staticmethod
     async def _release(lock: RedisLock) -> None:
@@ -399,10 +521,11 @@ class RedisStore:
             logger.debug("session lock %s not released: %s", lock.name, exc)
 
     async def delete(self, session_id: str) -> bool:
-        state_key, lock_key = self._keys(session_id)
+        session_key, lock_key = self._keys(session_id)
+        self._cache.pop(session_id, None)
         with _redis_errors(session_id):
             async with self._redis.pipeline(transaction=False) as pipe:
-                pipe.delete(state_key, lock_key)
+                pipe.delete(session_key, lock_key)
                 pipe.zrem(self._index, session_id)
                 removed, _ = await pipe.execute()
         return bool(removed)
@@ -420,6 +543,7 @@ class RedisStore:
             await self._redis.ping()
 
     async def aclose(self) -> None:
+        self._cache.clear()
         await self._redis.aclose()
 
 
@@ -433,7 +557,7 @@ def build_store(
     lock_lease_s: float = DEFAULT_LOCK_LEASE_S,
     lock_wait_s: float = DEFAULT_LOCK_WAIT_S,
     key_prefix: str = DEFAULT_KEY_PREFIX,
-) -> SessionStore:
+) -> MemoryStore | RedisStore:
     """Redis when a URL is given, else in memory: the server and guardrail share this."""
     if redis_url:
         return RedisStore(
@@ -444,6 +568,7 @@ def build_store(
             lock_lease_s=lock_lease_s,
             lock_wait_s=lock_wait_s,
             key_prefix=key_prefix,
+            max_sessions=max_sessions,
         )
     return MemoryStore(
         config,
@@ -459,7 +584,7 @@ def store_from_settings(
     config: TrackerConfig | None = None,
     *,
     judge_client: LLMClient | None = None,
-) -> SessionStore:
+) -> MemoryStore | RedisStore:
     """The store a `ServerSettings` describes, with trackers built from ``config``."""
     return build_store(
         config if config is not None else TrackerConfig(),

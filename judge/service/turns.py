@@ -1,0 +1,106 @@
+"""One turn of a served session: the history it reads (whole, or appended to the stored
+one), the work done in the worker thread, and what comes back.
+
+The append API lets a client send only the messages added since its last turn, with the
+index the first of them has in its history: each turn then costs what is new, not the whole
+history's JSON. The tracker reads a history by index and only ever looks back at the entry
+before the first new one (to tell an appended history from a rewritten one), so the
+stored session keeps that one entry (``tail``) and the history is rebuilt as a view:
+nothing before it is kept or needed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, overload
+
+from judge.errors import LoopJudgeError
+from judge.service.state import SessionData, dump_session
+from judge.service.store import Session
+from judge.verdict import Verdict
+
+
+class AppendConflict(LoopJudgeError):
+    """Appended messages do not continue the stored session: the client re-sends its
+    whole history (``expected_start`` says where the server's copy ends)."""
+
+    def __init__(self, message: str, *, expected_start: int, given_start: int | None):
+        super().__init__(message)
+        self.expected_start = expected_start
+        self.given_start = given_start
+
+
+class AppendedHistory(Sequence[Any]):
+    """The agent's history as ``start`` entries the server already read, then ``new``.
+
+    Only the entry just before ``start`` is available among the old ones (the stored
+    tail); asking for an earlier one means the tracker's idea of the history differs from
+    the server's, which is an `AppendConflict`.
+    """
+
+    def __init__(self, start: int, tail: Any, new: list[Any]) -> None:
+        self.start = start
+        self._tail = tail
+        self._new = new
+
+    def __len__(self) -> int:
+        return self.start + len(self._new)
+
+    @overload
+    def __getitem__(self, index: int) -> Any: ...
+    @overload
+    def __getitem__(self, index: slice) -> Sequence[Any]: ...
+    def __getitem__(self, index: int | slice) -> Any:
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(len(self)))]
+        if index < 0:
+            index += len(self)
+        if index >= self.start:
+            return self._new[index - self.start]
+        if index == self.start - 1:
+            return self._tail
+        if index < 0:
+            raise IndexError(index)
+        raise AppendConflict(
+            f"message {index} was needed to continue this session but only messages from "
+            f"{self.start} on were sent: re-send the whole history",
+            expected_start=self.start,
+            given_start=self.start,
+        )
+
+
+def appended_history(session: SessionData, start: int, new: list[Any]) -> AppendedHistory:
+    """The history an append request stands for; `AppendConflict` unless ``start`` is
+    exactly where the stored session ends."""
+    if start != session.length or (start > 0 and session.tail is None):
+        raise AppendConflict(
+            f"cannot append at message {start}: this session's stored history has "
+            f"{session.length} messages; send the whole history (omit 'start')",
+            expected_start=session.length,
+            given_start=start,
+        )
+    return AppendedHistory(start, session.tail, new)
+
+
+@dataclass(frozen=True)
+class TurnOutcome:
+    verdict: Verdict
+    body: bytes  # the verdict's JSON, made in the worker thread
+
+
+async def run_turn(session: Session, history: Sequence[Any], serialize: bool) -> TurnOutcome:
+    """The worker thread's part of a turn: the tracker, then everything that costs CPU
+    after it (the verdict's JSON, the session's bytes when the store keeps bytes)."""
+    verdict = await session.tracker.turn_started(history)
+    session.length = len(history)
+    session.tail = history[-1] if len(history) else None
+    if serialize:
+        session.blob = dump_session(session.tracker, session.length, session.tail)
+    return TurnOutcome(verdict, verdict.model_dump_json().encode("utf-8"))
+
+
+async def run_call(session: SessionData, name: str, arguments: Any) -> TurnOutcome:
+    """The worker thread's part of a preflight check (it reads the detectors' state)."""
+    verdict = session.tracker.check_call(name, arguments)
+    return TurnOutcome(verdict, verdict.model_dump_json().encode("utf-8"))

@@ -1,0 +1,202 @@
+"""Runs each turn's CPU-bound work in a worker thread, under a CPU budget.
+
+The detectors are pure Python: run on the event loop, one pathological request (a huge
+history, a text shape a regex handles badly) would stall every other session and
+``/healthz`` with it. Here a turn runs in one of a bounded set of threads (an anyio
+`CapacityLimiter`), each with an event loop of its own, so the tracker's async code runs
+unchanged; the judge's model requests are sent back to the server's loop (`MainLoopClient`),
+which owns the connections.
+
+A watchdog on the server's loop reads the worker thread's CPU clock; past the budget it
+raises `_OverBudget` inside that thread (CPython's ``PyThreadState_SetAsyncExc``: delivered
+at the next bytecode, so it stops Python-level work but not one long C call, such as a
+single regex match). The caller gets `TurnOverBudget`; the tracker may be half-updated and
+must be discarded. Time spent waiting (for the GIL, for a judge reply) is not CPU time and
+is not counted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ctypes
+import threading
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+import anyio
+import anyio.to_thread
+
+from judge.errors import LoopJudgeError
+from judge.llm._litellm import LLMClient, ModelReply
+
+T = TypeVar("T")
+
+# How often the watchdog reads the worker's CPU clock: the budget is overshot by at most
+# this, and each check costs ~2 us of the loop's time.
+WATCH_INTERVAL_S = 0.05
+
+
+class TurnOverBudget(LoopJudgeError):
+    """A turn used more CPU than ``turn_cpu_budget_s`` allows and was stopped."""
+
+    def __init__(self, budget_s: float, used_s: float):
+        super().__init__(
+            f"the turn used more than its CPU budget of {budget_s:g} s "
+            f"(LOOP_JUDGE_TURN_CPU_BUDGET_S) and was stopped after {used_s:.2f} s"
+        )
+        self.budget_s = budget_s
+        self.used_s = used_s
+
+
+class _OverBudget(BaseException):
+    """Raised inside the worker thread; a BaseException so no ``except Exception`` in the
+    detectors swallows it."""
+
+
+def _async_raise(thread_id: int, exc: type[BaseException] | None) -> None:
+    """Schedule ``exc`` in thread ``thread_id`` (None clears a pending one)."""
+    ctypes.pythonapi.PyThreadState_SetAsyncExc(
+        ctypes.c_ulong(thread_id), ctypes.py_object(exc) if exc is not None else None
+    )
+
+
+def _cpu_clock(thread_id: int) -> Callable[[], float]:
+    """The CPU clock of another thread where the OS has one (Linux, BSD); else wall time
+    since the call, a looser bound that still ends runaway work."""
+    try:
+        clock_id = time.pthread_getcpuclockid(thread_id)
+    except (AttributeError, OSError):
+        return time.monotonic
+    return lambda: time.clock_gettime(clock_id)
+
+
+class _ThreadLoop(threading.local):
+    """One event loop per worker thread, made on first use, closed when the thread ends."""
+
+    loop: asyncio.AbstractEventLoop | None = None
+
+    def get(self) -> asyncio.AbstractEventLoop:
+        if self.loop is None or self.loop.is_closed():
+            self.loop = asyncio.new_event_loop()
+        return self.loop
+
+    def drop(self) -> None:
+        """Forget a loop whose run was interrupted (its tasks may be in any state)."""
+        loop, self.loop = self.loop, None
+        if loop is not None and not loop.is_running():
+            loop.close()
+
+    def __del__(self) -> None:  # the thread ended: its loop's selector holds descriptors
+        if self.loop is not None and not self.loop.is_closed():
+            self.loop.close()
+
+
+@dataclass
+class _Job:
+    """What the watchdog and the worker thread share about one run."""
+
+    guard: threading.Lock = field(default_factory=threading.Lock)
+    thread_id: int | None = None
+    clock: Callable[[], float] | None = None
+    cpu_start: float = 0.0
+    running: bool = False
+    fired: bool = False
+
+
+class TurnRunner:
+    """Runs coroutine functions in bounded worker threads, each under a CPU budget."""
+
+    def __init__(self, *, threads: int, cpu_budget_s: float | None) -> None:
+        self.limiter = anyio.CapacityLimiter(threads)
+        self.cpu_budget_s = cpu_budget_s
+        self._loops = _ThreadLoop()
+        self.main_loop: asyncio.AbstractEventLoop | None = None
+
+    async def run(self, work: Callable[[], Awaitable[T]]) -> T:
+        """``await work()`` in a worker thread; raises `TurnOverBudget` past the budget.
+
+        Not cancellable once started (the thread cannot be abandoned while it holds a
+        session's tracker); the budget is what bounds it.
+        """
+        if self.main_loop is None:
+            self.main_loop = asyncio.get_running_loop()
+        job = _Job()
+        # A plain task, not a task group: errors of the work must reach the caller as
+        # themselves, not wrapped in an ExceptionGroup.
+        watchdog = (
+            asyncio.create_task(self._watch(job, self.cpu_budget_s))
+            if self.cpu_budget_s is not None
+            else None
+        )
+        try:
+            return await anyio.to_thread.run_sync(self._in_thread, job, work, limiter=self.limiter)
+        except _OverBudget:
+            used = job.clock() - job.cpu_start if job.clock is not None else 0.0
+            raise TurnOverBudget(self.cpu_budget_s or 0.0, used) from None
+        finally:
+            if watchdog is not None:
+                watchdog.cancel()
+
+    def _in_thread(self, job: _Job, work: Callable[[], Awaitable[T]]) -> T:
+        ident = threading.get_ident()
+        clock = _cpu_clock(ident)
+        loop = self._loops.get()
+        finished = False
+        try:
+            with job.guard:
+                job.thread_id, job.clock, job.cpu_start = ident, clock, clock()
+                job.running = True
+            result = loop.run_until_complete(_call(work))
+            finished = True
+            return result
+        finally:
+            # Whatever happens, no interruption may outlive this run: one still pending is
+            # cleared here, under the lock the watchdog raises under.
+            with job.guard:
+                job.running = False
+                if job.fired:
+                    _async_raise(ident, None)
+            if job.fired and not finished:
+                self._loops.drop()
+
+    async def _watch(self, job: _Job, budget_s: float) -> None:
+        while True:
+            await anyio.sleep(WATCH_INTERVAL_S)
+            with job.guard:
+                if not job.running or job.clock is None or job.thread_id is None:
+                    continue
+                if job.clock() - job.cpu_start > budget_s:
+                    job.fired = True
+                    _async_raise(job.thread_id, _OverBudget)
+                    return
+
+
+async def _call(work: Callable[[], Awaitable[T]]) -> T:
+    return await work()
+
+
+class MainLoopClient:
+    """A judge client whose requests run on the server's event loop.
+
+    Turns run in worker threads with loops of their own; the model client's connection
+    pools (httpx, aiohttp inside litellm) belong to the loop that made them, so every
+    request is handed to the server's loop and awaited from the worker's. Cancelling the
+    worker's wait (the tracker's deadline) cancels the request on the server's loop.
+    """
+
+    def __init__(self, inner: LLMClient, runner: TurnRunner) -> None:
+        self.inner = inner
+        self._runner = runner
+
+    async def complete(
+        self, model: str, messages: list[dict[str, str]], *, schema: dict[str, Any]
+    ) -> ModelReply:
+        home = self._runner.main_loop
+        if home is None or home is asyncio.get_running_loop():
+            return await self.inner.complete(model, messages, schema=schema)
+        future = asyncio.run_coroutine_threadsafe(
+            self.inner.complete(model, messages, schema=schema), home
+        )
+        return await asyncio.wrap_future(future)
