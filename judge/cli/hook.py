@@ -1,0 +1,50 @@
+"""``loop-judge hook claude-code``: the Claude Code hook command (issue 13).
+
+Claude Code runs it once per hook event with the event's JSON on stdin; it answers with
+exit code 0 and, only when it has something to say, the hook's JSON on stdout (see
+`judge.integrations.claude_code` for what it answers). A hook must never break the agent:
+whatever goes wrong inside (an unreadable payload, a locked or unwritable state file, a
+bug) ends with exit 0, nothing on stdout and one line on stderr, so Claude Code carries on
+as if no hook ran. It runs on every tool call, so it imports only what the tracker needs,
+and litellm only when a judge check is due.
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+__all__ = ["add_parser", "run"]
+
+
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    hook = sub.add_parser(
+        "hook",
+        help="answer an agent's hook event (Claude Code) from stdin",
+        description="Run as an agent's hook: read the event JSON on stdin, answer in the "
+        "agent's hook protocol on stdout. Always exits 0; problems go to stderr.",
+    )
+    agents = hook.add_subparsers(dest="agent", required=True)
+    claude = agents.add_parser(
+        "claude-code",
+        help="Claude Code's PreToolUse, PostToolUse, PostToolUseFailure and Stop hooks",
+        description="One tracker per Claude Code session, kept in a state file between "
+        "invocations (LOOP_JUDGE_* configure it). Denies a call that would repeat a loop "
+        "(PreToolUse), tells Claude after a repeated result (PostToolUse), and blocks a "
+        "Stop once when the run ends in a loop.",
+    )
+    claude.add_argument(
+        "--state-dir",
+        default=None,
+        help="where session states are kept (default: $LOOP_JUDGE_HOOK_STATE_DIR, else "
+        "the user cache directory's loop-judge/claude-code)",
+    )
+    claude.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace, console: Any = None) -> int:
+    """The argparse entry: answer the event on stdin (``console`` is unused: stdout is the
+    protocol's, not a person's). Always 0; see `judge.integrations.claude_code.main`."""
+    from judge.integrations.claude_code import answer_stdin
+
+    return answer_stdin(state_dir=args.state_dir)
