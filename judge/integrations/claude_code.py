@@ -275,7 +275,6 @@ class SessionState(BaseModel):
         default_factory=list, description="digests of last_assistant_message texts fed early"
     )
     denials: dict[str, int] = Field(default_factory=dict, description="pattern -> denials")
-    last_text: str | None = Field(default=None, description="digest of the last assistant text")
     stop_blocked: bool = False
     updated: float = 0.0
 
@@ -552,11 +551,12 @@ class HookSession:
     async def _stop(self, event: HookEvent) -> HookAnswer:
         new = self._read_transcript(event, current=None)
         last = _clip(event.last_assistant_message or "")
-        if last.strip() and _digest(last) != self._state.last_text:
-            # The transcript lags: the final text is fed now and skipped when it shows up.
+        fed = any(m["role"] == "assistant" and m["content"] == last for m in new)
+        if last.strip() and not fed:
+            # Each Stop ends one assistant message. The transcript lags: its text is fed now
+            # and skipped when the transcript shows it.
             new.append({"role": "assistant", "content": last})
             _remember(self._state.echoed, _digest(last))
-            self._state.last_text = _digest(last)
         verdict = await self._turn(new)
         blocked_before = self._state.stop_blocked
         self._state.stop_blocked = False
@@ -652,7 +652,6 @@ class HookSession:
                 self._state.echoed.remove(echo)  # fed already, from last_assistant_message
                 return
             out.append({"role": "assistant", "content": text})
-            self._state.last_text = echo
 
     def _user(self, content: Any, out: list[dict[str, Any]], current: str | None) -> None:
         if isinstance(content, str):
