@@ -9,8 +9,8 @@ The environment is read here, not by pydantic-settings (issue 14): that package 
 turned invalid JSON into a vague ``SettingsError``. Here a bad value is a `ConfigError` of
 one line per problem: the variable, the value as set, and what is allowed. A keyword
 argument that breaks a rule is still pydantic's ``ValidationError`` (a bug in the caller's
-code, named by field). An unknown ``LOOP_JUDGE_*`` variable (a typo such as
-``LOOP_JUDGE_FASTMODEL``) is logged once with the closest known name.
+code, named by field). An unknown ``LOOP_JUDGE_*`` variable (a typo: ``FASTMODEL`` for
+``FAST_MODEL``) is logged once with the closest known name.
 """
 
 from __future__ import annotations
@@ -79,8 +79,8 @@ OTHER_VARIABLES = frozenset(
         "hook_state_dir",
     )
 )
-# A suggestion is offered only for names this alike (difflib's ratio): FASTMODEL ->
-# FAST_MODEL scores 0.97, while unrelated names stay under 0.6.
+# A suggestion is offered only for names this alike (difflib's ratio, prefix left out):
+# FASTMODEL -> FAST_MODEL scores 0.95, while unrelated names stay under 0.6.
 _SUGGESTION_CUTOFF = 0.6
 # Unknown variables already reported in this process: each is logged once, not per tracker.
 _reported_unknown: set[str] = set()
@@ -252,10 +252,11 @@ def unknown_variables() -> list[str]:
 
 def closest_variable(name: str) -> str | None:
     """The known LOOP_JUDGE_* variable ``name`` is most likely a typo of, if any is close."""
-    matches = difflib.get_close_matches(
-        name.upper(), known_variables(), n=1, cutoff=_SUGGESTION_CUTOFF
-    )
-    return matches[0] if matches else None
+    # Compared without the shared prefix, which would make every name look alike.
+    suffixes = [known.removeprefix(ENV_PREFIX) for known in known_variables()]
+    wanted = name.upper().removeprefix(ENV_PREFIX)
+    matches = difflib.get_close_matches(wanted, suffixes, n=1, cutoff=_SUGGESTION_CUTOFF)
+    return ENV_PREFIX + matches[0] if matches else None
 
 
 def report_unknown_variables() -> None:
@@ -308,7 +309,8 @@ def _env_problem(error: Any, raw: dict[str, str]) -> str | None:
         variable = env_name(field)
         where = "".join(f"[{part!r}]" if isinstance(part, str) else f"[{part}]" for part in loc[1:])
         rule = message.replace(f" (set by {variable})", "")
-        return f"{variable}={raw[field]!r}: {field}{where}: {rule}"
+        label = "" if rule.startswith(field) else f"{field}{where}: "
+        return f"{variable}={raw[field]!r}: {label}{rule}"
     if not loc and any(env_name(field) in message for field in raw):
         return message  # a rule across fields (min/max interval) names the variables
     return None

@@ -76,3 +76,39 @@ def test_unreadable_file_is_a_usage_error(tmp_path: Path) -> None:
     with pytest.raises(SystemExit) as exit_info:
         main(["check", str(tmp_path / "missing.json")])
     assert exit_info.value.code == EXIT_USAGE
+
+
+@pytest.mark.parametrize(
+    ("variable", "value", "expected"),
+    [
+        ("LOOP_JUDGE_MIN_INTERVAL", "0", "LOOP_JUDGE_MIN_INTERVAL='0': min_interval must be"),
+        ("LOOP_JUDGE_LADDER", "[warn", "LOOP_JUDGE_LADDER='[warn' is not valid JSON"),
+        ("LOOP_JUDGE_PRESET", "wild", "LOOP_JUDGE_PRESET='wild': preset: Input should be"),
+    ],
+)
+def test_a_bad_variable_is_one_line_naming_it(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    variable: str,
+    value: str,
+    expected: str,
+) -> None:
+    """Issue 14: no traceback, and the variable, its value and the field all named."""
+    monkeypatch.setenv(variable, value)
+    with pytest.raises(SystemExit) as exit_info:
+        main(["check", calls(tmp_path, repeats=1)])
+    assert exit_info.value.code == EXIT_USAGE
+    err = capsys.readouterr().err
+    assert err.startswith(f"loop-judge check: error: {expected}")
+    assert err.count("\n") == 1 and "Traceback" not in err
+
+
+def test_a_bad_override_keeps_the_field_name() -> None:
+    from judge.cli.shared import UsageError, tracker_config
+
+    with pytest.raises(UsageError) as info:
+        tracker_config({"max_retries": "many", "history_messages": 0})
+    text = str(info.value)
+    assert "max_retries: Input should be a valid integer" in text
+    assert "history_messages must be at least 1" in text

@@ -1,10 +1,16 @@
 from __future__ import annotations
 
+import logging
+import re
+from pathlib import Path
+
 import pytest
 from pydantic import ValidationError
 
-from judge import TrackerConfig
+import judge.config as config_module
+from judge import ConfigError, TrackerConfig
 from judge.response.ladder import ResponseMode
+from judge.verdict import Action
 
 
 def test_defaults_send_nothing_anywhere(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -65,10 +71,99 @@ def test_invalid_values_name_field_and_variable(field: str, value: float, env: s
     assert field in text and env in text
 
 
-def test_invalid_environment_value_names_variable(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("LOOP_JUDGE_CONFIDENCE_THRESHOLD", "2")
-    with pytest.raises(ValidationError, match="LOOP_JUDGE_CONFIDENCE_THRESHOLD"):
+@pytest.mark.parametrize(
+    ("variable", "value", "expected"),
+    [
+        (
+            "LOOP_JUDGE_CONFIDENCE_THRESHOLD",
+            "2",
+            "LOOP_JUDGE_CONFIDENCE_THRESHOLD='2': confidence_threshold must be between 0.0 "
+            "and 1.0, got 2.0",
+        ),
+        (
+            "LOOP_JUDGE_MAX_RETRIES",
+            "two",
+            "LOOP_JUDGE_MAX_RETRIES='two': max_retries: Input should be a valid integer",
+        ),
+        (
+            "LOOP_JUDGE_COUNT_SCOPE",
+            "forever",
+            "LOOP_JUDGE_COUNT_SCOPE='forever': count_scope: Input should be 'prompt' or 'session'",
+        ),
+        (
+            "LOOP_JUDGE_LADDER",
+            "[warn, stop]",
+            "LOOP_JUDGE_LADDER='[warn, stop]' is not valid JSON (Expecting value at character "
+            '1); it takes a JSON list, e.g. ["warn", "warn", "ask_user", "stop"]',
+        ),
+        (
+            "LOOP_JUDGE_LADDER",
+            '["warn", "jump"]',
+            """LOOP_JUDGE_LADDER='["warn", "jump"]': ladder[1]: Input should be""",
+        ),
+        (
+            "LOOP_JUDGE_TOOL_LIMITS",
+            "get_weather=5",
+            "LOOP_JUDGE_TOOL_LIMITS='get_weather=5' is not valid JSON",
+        ),
+    ],
+)
+def test_invalid_environment_value_is_one_line_naming_variable_value_and_rule(
+    monkeypatch: pytest.MonkeyPatch, variable: str, value: str, expected: str
+) -> None:
+    """Issue 14: the variable, the value as set and what is allowed, on one line."""
+    monkeypatch.setenv(variable, value)
+    with pytest.raises(ConfigError) as info:
         TrackerConfig()
+    text = str(info.value)
+    assert text.startswith(expected) and "\n" not in text
+
+
+def test_a_keyword_argument_wins_over_a_broken_variable(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("LOOP_JUDGE_LADDER", "[not json")
+    assert TrackerConfig(ladder=("stop",)).ladder == (Action.STOP,)
+
+
+def test_json_variables_are_read(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("LOOP_JUDGE_LADDER", '["warn", "stop"]')
+    monkeypatch.setenv("LOOP_JUDGE_TOOL_LIMITS", '{"get_weather": 5}')
+    monkeypatch.setenv("loop_judge_max_retries", "4")  # names match case-insensitively
+    config = TrackerConfig()
+    assert config.ladder == (Action.WARN, Action.STOP)
+    assert config.tool_limits == {"get_weather": 5} and config.max_retries == 4
+
+
+def test_unknown_variable_is_reported_once_with_the_closest_name(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setattr(config_module, "_reported_unknown", set())
+    monkeypatch.setenv("LOOP_JUDGE_FASTMODEL", "gemini/gemini-2.5-flash")
+    monkeypatch.setenv("LOOP_JUDGE_ZZZ", "1")
+    with caplog.at_level(logging.WARNING, logger="judge.config"):
+        assert TrackerConfig().fast_model is None  # the typo is not read...
+        TrackerConfig()
+    lines = [r.getMessage() for r in caplog.records]
+    # ... but said, once per variable, with a did-you-mean where one is close.
+    assert lines == [
+        "LOOP_JUDGE_FASTMODEL is set but loop-judge reads no such variable; "
+        "did you mean LOOP_JUDGE_FAST_MODEL?",
+        "LOOP_JUDGE_ZZZ is set but loop-judge reads no such variable",
+    ]
+
+
+def test_every_loop_judge_variable_in_the_package_is_known() -> None:
+    """A variable read anywhere in judge/ (the sidecar's settings, the hooks) must not be
+    reported as unknown; a new one has to be added to OTHER_VARIABLES."""
+    package = Path(config_module.__file__).parent
+    named = {
+        match
+        for path in package.rglob("*.py")
+        for match in re.findall(r"LOOP_JUDGE_[A-Z][A-Z_]*[A-Z]", path.read_text("utf-8"))
+    }
+    known = config_module.known_variables()
+    assert named - known == set()
+    server = pytest.importorskip("judge.service.settings")
+    assert {config_module.env_name(f) for f in server.ServerSettings.model_fields} <= known
 
 
 def test_min_above_max_names_both() -> None:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 from collections.abc import Sequence
 
+from pydantic import ValidationError
 from rich.console import Console
 
 from judge.cli import check, demo, evaluate, hook, importer, serve
@@ -29,7 +30,13 @@ from judge.cli.eval_plan import (
     SCHEDULES,
     RunPlan,
 )
-from judge.cli.shared import EXIT_FAILED, EXIT_USAGE, PIPE_WIDTH, UsageError
+from judge.cli.shared import (
+    EXIT_FAILED,
+    EXIT_USAGE,
+    PIPE_WIDTH,
+    UsageError,
+    validation_problems,
+)
 from judge.errors import ConfigError
 from judge.evaluation.replay import assistant_turn_ends, replay
 
@@ -78,3 +85,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int(args.func(args, console))
     except ConfigError as exc:
         parser.exit(EXIT_USAGE, f"loop-judge {args.command}: error: {exc}\n")
+    except ValidationError as exc:  # settings a command builds itself (the sidecar's)
+        problems = validation_problems(exc)
+        parser.exit(EXIT_USAGE, f"loop-judge {args.command}: error: {problems}\n")

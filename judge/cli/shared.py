@@ -28,6 +28,7 @@ __all__ = [
     "progress_bar",
     "rich_table",
     "tracker_config",
+    "validation_problems",
 ]
 
 # Exit codes: 1 = the run finished but something failed (a crash, a file not imported),
@@ -43,11 +44,26 @@ class UsageError(ConfigError):
 
 
 def tracker_config(overrides: dict[str, Any]) -> TrackerConfig:
+    """The tracker settings: ``LOOP_JUDGE_*`` under the command's own overrides.
+
+    A bad variable is already a one-line `ConfigError` naming it; a bad override is turned
+    into one line per problem that keeps the field's name (issue 14: ``check`` used to
+    print the rule alone).
+    """
     try:
         return TrackerConfig(**overrides)
     except ValidationError as exc:
-        problems = "; ".join(str(e["msg"]).removeprefix("Value error, ") for e in exc.errors())
-        raise UsageError(f"invalid tracker configuration: {problems}") from exc
+        raise UsageError(f"invalid tracker configuration: {validation_problems(exc)}") from exc
+
+
+def validation_problems(exc: ValidationError) -> str:
+    """A pydantic error as one line: ``field: rule`` per problem, joined by ``; ``."""
+    problems = []
+    for error in exc.errors():
+        where = ".".join(map(str, error["loc"]))
+        rule = str(error["msg"]).removeprefix("Value error, ")
+        problems.append(f"{where}: {rule}" if where and not rule.startswith(where) else rule)
+    return "; ".join(problems)
 
 
 def progress_bar(console: Console) -> Progress:
