@@ -1,0 +1,161 @@
+"""The append API: a turn sends only its new messages and the index they start at.
+
+The verdicts must be exactly those of full-history turns (and of the library), in memory
+and through Redis; a start that does not continue the stored session is a 409 that says
+where it ends, and the client recovers by sending its whole history once.
+"""
+
+from __future__ import annotations
+
+import zlib
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+pytest.importorskip("fastapi", reason="the serve extra is not installed")
+
+from judge import LoopTracker, TrackerConfig, Verdict
+from judge.service.app import create_app
+from judge.service.settings import ServerSettings
+from judge.service.state import SESSION_FORMAT, dump_tracker
+from judge.service.store import MemoryStore, RedisStore
+from tests.serving import (
+    alternation_history,
+    failing_repeat_history,
+    prefixes,
+    redis_server,
+    unique_prefix,
+)
+
+pytestmark = pytest.mark.anyio
+TOKEN = "append-token-0123456789abcdef"
+N_TURNS = 12
+
+
+def client_for(app: Any) -> httpx.AsyncClient:
+    return httpx.AsyncClient(
+        transport=httpx.ASGITransport(app=app),
+        base_url="http://localhost",
+        headers={"Authorization": f"Bearer {TOKEN}"},
+    )
+
+
+@pytest.fixture(scope="module")
+def redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    with redis_server(Path(tmp_path_factory.mktemp("redis"))) as url:
+        yield url
+
+
+def memory_app() -> Any:
+    return create_app(ServerSettings(server_token=TOKEN), MemoryStore(TrackerConfig()))
+
+
+def redis_app(url: str, prefix: str) -> Any:
+    store = RedisStore(TrackerConfig(), url=url, key_prefix=prefix)
+    return create_app(ServerSettings(server_token=TOKEN), store)
+
+
+@pytest.fixture(params=["memory", "redis"])
+async def apps(request: pytest.FixtureRequest) -> AsyncIterator[list[Any]]:
+    """Two apps over one store: the same app twice in memory, two replicas with Redis."""
+    if request.param == "memory":
+        app = memory_app()
+        yield [app, app]
+        return
+    url = request.getfixturevalue("redis_url")
+    prefix = unique_prefix()
+    pair = [redis_app(url, prefix), redis_app(url, prefix)]
+    try:
+        yield pair
+    finally:
+        for app in pair:
+            await app.state.store.aclose()
+
+
+def appends(history: list[dict[str, Any]], n: int) -> list[dict[str, Any]]:
+    """Each turn's append request: the messages added since the previous turn."""
+    bodies, sent = [], 0
+    for h in prefixes(history, n):
+        bodies.append({"messages": h[sent:], "start": sent})
+        sent = len(h)
+    return bodies
+
+
+@pytest.mark.parametrize("make_history", [failing_repeat_history, alternation_history])
+async def test_appended_turns_match_full_turns_and_the_library(
+    apps: list[Any], make_history: Any
+) -> None:
+    history = make_history(N_TURNS)
+    tracker = LoopTracker(TrackerConfig())
+    expected = [await tracker.turn_started(h) for h in prefixes(history, N_TURNS)]
+    got = []
+    async with client_for(apps[0]) as first, client_for(apps[1]) as second:
+        for i, body in enumerate(appends(history, N_TURNS)):
+            r = await (first, second)[i % 2].post("/v1/sessions/a/turns", json=body)
+            assert r.status_code == 200, r.text
+            got.append(Verdict.model_validate(r.json()))
+    assert got == expected
+    assert any(got)
+
+
+async def test_a_start_that_does_not_fit_is_409_and_a_full_history_recovers(
+    apps: list[Any],
+) -> None:
+    history = failing_repeat_history(6)
+    async with client_for(apps[0]) as c:
+        r = await c.post("/v1/sessions/b/turns", json={"messages": history[2:4], "start": 2})
+        assert r.status_code == 409 and r.json()["expected_start"] == 0
+        assert "send the whole history" in r.json()["detail"]
+        for body in appends(history, 2):
+            assert (await c.post("/v1/sessions/b/turns", json=body)).status_code == 200
+        # a lost response: the client re-sends a turn the server already counted
+        stale = appends(history, 2)[-1]
+        r = await c.post("/v1/sessions/b/turns", json=stale)
+        assert r.status_code == 409 and r.json()["expected_start"] == 6
+        # it falls back to its whole history, then appends again
+        r = await c.post("/v1/sessions/b/turns", json={"messages": history[:8]})
+        assert r.status_code == 200 and r.json()["turn"] == 3
+        r = await c.post("/v1/sessions/b/turns", json={"messages": history[8:10], "start": 8})
+        assert r.status_code == 200 and r.json()["turn"] == 4 and r.json()["looping"]
+        text = (await c.get("/metrics")).text
+    assert 'loop_judge_rejected_requests_total{reason="append_conflict"} 2' in text
+
+
+async def test_append_after_a_rewrite_continues_from_the_rewritten_history() -> None:
+    history = alternation_history(6)
+    compacted = [history[0], {"role": "user", "content": "Summary: read a.py and b.py."}]
+    tracker = LoopTracker(TrackerConfig())
+    expected = [
+        await tracker.turn_started(h) for h in (history[:8], compacted, compacted + history[8:10])
+    ]
+    async with client_for(memory_app()) as c:
+        got = [
+            await c.post("/v1/sessions/r/turns", json={"messages": history[:8]}),
+            await c.post("/v1/sessions/r/turns", json={"messages": compacted}),
+            await c.post("/v1/sessions/r/turns", json={"messages": history[8:10], "start": 2}),
+        ]
+    assert [Verdict.model_validate(r.json()) for r in got] == expected
+
+
+async def test_redis_sessions_are_stored_compressed(redis_url: str) -> None:
+    prefix = unique_prefix()
+    app = redis_app(redis_url, prefix)
+    history = alternation_history(N_TURNS)
+    try:
+        async with client_for(app) as c:
+            for body in appends(history, N_TURNS):
+                assert (await c.post("/v1/sessions/z/turns", json=body)).status_code == 200
+        redis = app.state.store._redis
+        stored = await redis.hget(f"{prefix}{{default/z}}:session", "data")
+    finally:
+        await app.state.store.aclose()
+    assert stored.startswith(SESSION_FORMAT)
+    plain = zlib.decompress(stored[len(SESSION_FORMAT) :])
+    tracker = LoopTracker(TrackerConfig())
+    for h in prefixes(history, N_TURNS):
+        await tracker.turn_started(h)
+    assert len(plain) > len(dump_tracker(tracker))  # the state, plus length and tail
+    assert len(stored) < len(plain) / 3
