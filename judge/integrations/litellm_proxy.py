@@ -45,6 +45,7 @@ from typing import Any
 from judge.config import TrackerConfig
 from judge.errors import HistoryError
 from judge.llm._litellm import LLMClient, _import_litellm
+from judge.llm.redaction import redact
 from judge.service import (
     Metrics,
     ServerSettings,
@@ -196,21 +197,29 @@ class LoopJudgeGuardrail(CustomGuardrail):
             async with self.store.session(session_id) as tracker:
                 verdict = await tracker.turn_started(messages)
         except HistoryError as exc:
-            logger.warning("loop-judge: session %s: unreadable messages: %s", session_id, exc)
+            logger.warning(
+                "loop-judge: session %s: unreadable messages: %s",
+                redact(session_id),
+                redact(str(exc)),
+            )
             self.metrics.inc("loop_judge_history_errors_total")
             return data
         except StoreError as exc:
-            logger.warning("loop-judge: session %s: store failed: %s", session_id, exc)
+            logger.warning(
+                "loop-judge: session %s: store failed: %s", redact(session_id), redact(str(exc))
+            )
             self.metrics.inc("loop_judge_store_errors_total", error=type(exc).__name__)
             return data
         self.metrics.record_turn(verdict, time.perf_counter() - started)
         if not verdict:
             return data
+        # The summary is redacted by the tracker; the log redacts again whatever the
+        # tracker's settings, since a log outlives the request.
         logger.warning(
             "loop-judge: session %s turn %d: %s (mode %s)",
-            session_id,
+            redact(session_id),
             verdict.turn,
-            verdict.summary or verdict.source,
+            redact(verdict.summary or verdict.source or "-"),
             self.loop_judge_mode.value,
         )
         if self.loop_judge_mode is GuardrailMode.BLOCK:

@@ -1,88 +1,136 @@
-"""Redact secrets from text before it is sent to a judge model.
+"""Redact secrets from every text that leaves the tracker.
 
-An agent's history routinely holds credentials: a ``cat .env``, a ``curl -H
-"Authorization: ..."``, a stack trace printing a connection URL. The judge only needs to
-see that the agent is stuck, never the secret itself, so every secret-looking span is
-replaced by a marker ``[REDACTED:<kind>]`` that still tells the judge what was there.
+An agent's history routinely holds credentials: a ``cat .env``, a ``curl -u``, a stack
+trace printing a connection URL, a tool call whose JSON arguments carry a token. The judge
+needs to see that the agent is stuck, never the secret, and neither do logs, telemetry or a
+verdict's texts; so every secret-looking span is replaced by ``[REDACTED:<kind>]``, which
+still tells a reader what was there.
 
-The rules, in the order they run (a later rule never re-redacts a marker):
+Two families of rules find the spans; all run on the original text, their spans are merged
+(overlaps become one marker, named by the rule listed first), and only then replaced, so no
+rule ever reads another's marker:
+
+**Formats with a shape of their own** (``secret_rules.json``, beside this module): provider
+tokens recognised by prefix, alphabet and length: ``anthropic_key``, ``openai_key``,
+``google_api_key``, ``google_oauth_token``, ``aws_access_key_id``, ``aws_session_token``,
+``github_token``, ``gitlab_token``, ``slack_token``, ``slack_webhook``, ``discord_webhook``,
+``teams_webhook``, ``sendgrid_key``, ``npm_token``, ``pypi_token``, ``rubygems_token``,
+``stripe_key``, ``stripe_webhook_secret``, ``vault_token``, ``jwt``, ``grafana_token``,
+``azure_storage_key``, ``azure_client_secret``, ``huggingface_token``, ``groq_key``,
+``xai_key``, ``perplexity_key``, ``twilio_key``, ``mailchimp_key``, ``mailgun_key``,
+``sendinblue_key``, ``shopify_token``, ``telegram_bot_token``, ``digitalocean_token``,
+``databricks_token``, ``linear_key``, ``doppler_token``, ``age_secret_key``,
+``square_token``, ``facebook_token``, ``atlassian_token``, ``supabase_token``,
+``newrelic_key``, ``postman_key``, ``pulumi_token``, ``sentry_token``, ``heroku_key``,
+``onepassword_token``, ``artifactory_key``, ``dynatrace_token``, ``easypost_key``,
+``flutterwave_key``, ``frameio_token``, ``notion_token``, ``planetscale_token``,
+``prefect_token``, ``readme_token``, ``scalingo_token``, ``shippo_token``,
+``duffel_token``, ``infracost_token``, ``cloudflare_origin_ca_key``, ``clojars_token``,
+``openshift_token``. Most follow gitleaks' rule set (MIT; provenance in the data file),
+re-expressed for Python. A token must stand alone, not inside a longer token such as base64
+image data.
+
+**Secrets known by their context** (here, because each needs a few lines of judgement):
 
 ``private_key``
-    A PEM block from ``-----BEGIN ... PRIVATE KEY-----`` to its ``-----END ...-----``
-    line, across lines (real or JSON-escaped ``\\n``). A block cut off before its END line
-    is redacted up to the last base64 character.
+    A PEM block from ``-----BEGIN ... PRIVATE KEY-----`` to its END line, across real or
+    JSON-escaped newlines; a block cut off before its END line is hidden up to the last
+    base64 character.
 ``url_password``
-    The password in ``scheme://user:password@host``; the user and host are kept, so
-    ``postgres://app:[REDACTED:url_password]@db:5432`` still reads as a database URL.
+    The password in ``scheme://user:password@host``; user and host are kept.
 ``authorization``
-    The credential after ``Authorization: <scheme>`` (Bearer, Basic, Token, Digest,
-    Bot, ApiKey), header or JSON style.
-Provider keys, by their documented prefixes (each must stand alone, not inside a longer
-token such as base64 image data):
-    ``anthropic_key`` ``sk-ant-...``; ``openai_key`` ``sk-...``/``sk-proj-...`` (the tail
-    must look random: a letter and a digit, so ``sk-learn-style-names`` pass);
-    ``google_api_key`` ``AIza`` + 35; ``aws_access_key_id`` ``AKIA``/``ASIA`` + 16;
-    ``aws_secret_key`` the 40-character value of ``aws_secret_access_key``;
-    ``github_token`` ``ghp_ gho_ ghu_ ghs_ ghr_`` and ``github_pat_``; ``slack_token``
-    ``xoxa- xoxb- xoxp- xoxr- xoxs-``; ``stripe_key`` ``sk_live_ rk_live_`` (and
-    ``_test_``); ``huggingface_token`` ``hf_`` + 30 or more (random-looking).
-``jwt``
-    ``eyJ<header>.eyJ<payload>.<signature>``.
+    The credential after ``Authorization: <scheme>`` (Bearer, Basic, Token, Digest, Bot,
+    ApiKey, Key), header or JSON style.
 ``bearer_token``
-    ``Bearer <token>`` anywhere else, when the token looks random (a letter and a
-    digit), so prose like "bearer authentication" is left alone.
+    ``Bearer <token>`` anywhere else, when the token looks machine-made.
+``aws_secret_key``
+    The 40-character value of ``aws_secret_access_key``.
+``cookie``
+    In a ``Cookie:`` or ``Set-Cookie:`` header, the value of a cookie named for a session,
+    token or login (``sessionid``, ``sid``, ``auth``...), or any random-looking value of 16
+    characters or more; ``theme=dark`` and the attributes (``Path``, ``Expires``) stay.
+``command_password``
+    Credentials on a command line: ``curl -u user:pass`` (and ``--user``), ``mysql -pPASS``,
+    ``docker login -p PASS``, ``sshpass -p PASS``, ``twine -p PASS``, ``htpasswd -b``,
+    ``skopeo --creds user:pass``, a ``.netrc`` line, and ``--password PASS`` /
+    ``--token TOKEN`` (any flag that names a secret) separated by a space.
 ``password`` / ``secret``
-    ``KEY=value``, ``KEY: value``, ``"key": "value"`` (env files, YAML, JSON, also with
-    JSON-escaped quotes) where the key names a secret. Keys are split into words
+    ``KEY=value``, ``KEY: value``, ``"key": "value"`` (env files, YAML, JSON, query strings,
+    headers such as ``X-API-Key:``, also with JSON-escaped quotes) where the key names a
+    secret. A pair whose key names nothing secret is looked into, so the secret in
+    ``{"cmd": "DB_PASSWORD=hunter2hunter2"}`` is still found. Keys are split into words
     (``DB_PASSWORD``, ``dbPassword``, ``db.password`` -> db, password) and:
 
-    * a key with a password word (password, passwd, pwd, passphrase, pass) takes any
-      value of 4 or more characters -> ``password``;
+    * a key with a password word (any word containing password, passwd or passphrase,
+      ``PGPASSWORD`` included; pwd; pass as the last word) takes a value of 4 or more
+      characters -> ``password``;
     * a key with a secret word (secret, token, apikey, credential(s), authorization,
-      privatekey, accesskey, secretkey), or ending in ``key`` after api/access/private/
-      secret/signing/encryption/master/client/service/auth/session/app/license, takes a
-      value of 8 or more characters that is not purely numeric -> ``secret``;
-    * any other key ending in ``key`` (``SENTRY_KEY``) needs a value that looks random:
-      8 or more characters with a letter and a digit;
-    * never a key ending in a word that describes the secret instead of holding it:
-      ``password_hint``, ``token_count``, ``max_tokens`` (plural), ``token_type``,
-      ``secret_name``, ``api_key_id``, ``key_path``..., nor a key whose word before
-      ``key`` says it is not secret: ``public_key``, ``primary_key``, ``sort_key``,
-      ``cache_key``, ``idempotency_key``...;
-    * never a placeholder value: ``$VAR``, ``${VAR}``, ``{{ var }}``, ``<your-key>``,
-      ``%s``, ``null``/``none``/``true``/``false``, or only ``*``, ``x`` or ``.``.
+      privatekey, accesskey, secretkey, signature; auth or pat as the last word), or ending
+      in ``key`` after api/access/private/secret/signing/encryption/master/client/service/
+      auth/session/app/license/webhook, takes a value of 8 or more characters that is not
+      purely numeric -> ``secret``;
+    * any other key ending in ``key`` (``SENTRY_KEY``) needs a value that looks random: 8 or
+      more characters with a letter and a digit;
+    * never a key ending in a word that describes the secret instead of holding it
+      (``password_hint``, ``token_count``, ``max_tokens``, ``PASSWORD_HASHER``,
+      ``api_key_id``, ``key_path``...), nor a key whose word before ``key`` says it is not
+      secret (``public_key``, ``primary_key``, ``sort_key``, ``cache_key``...);
+    * never a placeholder value: ``$VAR``, ``${VAR}``, ``{{ var }}``, ``<your-key>``, ``%s``,
+      ``null``/``none``/``true``/``false``, ``changeme``, only ``*``, ``x`` or ``.``; nor,
+      outside env files, code: ``os.environ[...]``, ``get_password()``, ``settings.api_key``,
+      a type annotation (``api_key: SecretStr = ...``).
 
-    Quoted values end at the closing quote or a backslash; unquoted values end at
-    whitespace, a quote, or one of ``, ; ) ] } < >``, so a password containing those
-    characters is redacted only up to them.
+    In an env-style line (``UPPER_KEY=value``, no spaces) the value runs to whitespace or a
+    quote, so a Django key full of punctuation is hidden whole; elsewhere an unquoted value
+    also ends at one of ``, ; & ( ) [ ] { }``.
 
-Left alone on purpose: hex digests (git SHAs, sha256), UUIDs, base64 data URLs, numbers,
-and any word that merely mentions "password" or "token" without a value.
+Left alone on purpose: hex digests (git SHAs, sha256), UUIDs (unless a key names them a
+secret), base64 data, public keys and certificates, numbers, and words that merely mention
+"password" or "token".
 
-Redact the raw strings (message content, tool arguments) before clipping and before JSON
-rendering: clipping can cut a PEM block's END line off, and rendering escapes quotes.
+Every pattern is linear in the length of its input: bounded repeats, no quantified group
+that holds another quantifier, and no rule rescans more than a bounded window (the tests
+time each on megabyte inputs built to make backtracking engines stall).
 """
 
 from __future__ import annotations
 
+import json
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from functools import cache
+from functools import cache, lru_cache
+from importlib import resources
+from typing import Any
 
 from judge.errors import ConfigError
 
 MARKER = "[REDACTED:{kind}]"
-# Every built-in rule's marker starts with this; a value already holding it is skipped so
-# rules never redact each other's markers.
+# Every built-in rule's marker starts with this; a value already holding it is skipped, so
+# redacting twice changes nothing.
 _MARKER_PREFIX = "[REDACTED:"
 # Kind reported for a user-supplied pattern.
 CUSTOM_KIND = "custom"
+# The format rules' data file, a sibling of this module.
+RULES_FILE = "secret_rules.json"
+# What {start} and {end} stand for in the data file: a token does not continue a longer one
+# (letters, digits, _ and -, and base64's + and / before it).
+_START = r"(?<![A-Za-z0-9_+/-])"
+_END = r"(?![A-Za-z0-9_-])"
 
-# Longest key name the assignment rule looks at; bounds backtracking on long identifiers.
+# Longest key name the assignment rule looks at; bounds its scan of long identifiers.
 _KEY_MAX = 80
-# A quoted value longer than this is not a credential someone typed; bounds the match.
+# A value longer than this is not a credential someone typed; bounds every value scan.
 _VALUE_MAX = 1024
+# How far a command line is read for its credential flags, in characters and in words.
+_COMMAND_MAX = 1000
+_COMMAND_WORDS = 64
+# Longest Cookie header body read.
+_COOKIE_MAX = 4096
+# A PEM block's body is read this far at most when its END line is missing.
+_PEM_MAX = 20_000
+# A cookie value this long and random-looking is treated as a credential whatever its name.
+_RANDOM_COOKIE_MIN = 16
 
 
 def _wordset(text: str) -> frozenset[str]:
@@ -96,23 +144,17 @@ _NON_SECRET_LAST = _wordset(
     "policy expiry expires expiration ttl timeout version format usage min max total rate "
     "budget required enabled disabled set prefix suffix header param params kind mode "
     "method provider scheme strategy index idx pattern regex rotation created updated "
-    "used in at ms seconds estimate estimates"
+    "used in at ms seconds estimate estimates hasher hashers algorithm algo backend "
+    "backends validator validators reset stdin store storage manager source ref strength "
+    "complexity age history attempts retries lifetime reminder"
 )
-_PASSWORD_WORDS = frozenset({"password", "passwd", "pwd", "passphrase"})
-_SECRET_WORDS = frozenset(
-    {
-        "secret",
-        "secrets",
-        "token",
-        "apikey",
-        "credential",
-        "credentials",
-        "authorization",
-        "privatekey",
-        "accesskey",
-        "secretkey",
-    }
+_PASSWORD_STEMS = ("password", "passwd", "passphrase")
+_SECRET_WORDS = _wordset(
+    "secret secrets token apikey credential credentials authorization privatekey accesskey "
+    "secretkey signature"
 )
+# Secret only as the last word: "auth" and "pat" are too common inside names.
+_SECRET_LAST = _wordset("auth pat sig")
 # "<word>_key" that always names a secret.
 _SECRET_KEY_PREFIXES = _wordset(
     "api access private secret signing encryption master client service auth session "
@@ -123,9 +165,12 @@ _PUBLIC_KEY_PREFIXES = _wordset(
     "public publishable primary foreign sort partition cache lookup hash idempotency "
     "dedup dedupe group routing shard row range dict map"
 )
-_PLACEHOLDERS = frozenset({"null", "none", "nil", "true", "false", "undefined", "redacted"})
+_PLACEHOLDERS = _wordset(
+    "null none nil true false undefined redacted changeme change_me example xxxx string"
+)
 
 _DOTTED_NAME = re.compile(r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)+")
+_CALL = re.compile(r"[A-Za-z_][\w.]*[(\[]")
 _WORD = re.compile(r"[A-Z]+(?=[A-Z][a-z])|[A-Z]?[a-z]+|[A-Z]+|\d+")
 
 
@@ -144,22 +189,29 @@ def _looks_random(value: str) -> bool:
 
 
 def _is_placeholder(value: str) -> bool:
-    if value.startswith(("$", "{{", "<", "%", _MARKER_PREFIX)):
+    if value.startswith(("$", "{{", "<", "%", _MARKER_PREFIX)) or _MARKER_PREFIX in value:
         return True
     if value.lower() in _PLACEHOLDERS:
         return True
+    if value.startswith("[") and value.endswith("]"):
+        return True  # [REDACTED], [hidden]: already masked by someone else
     return set(value) <= set("*xX.")
 
 
+@lru_cache(maxsize=4096)
 def _key_class(key: str) -> str | None:
-    """'password', 'secret', 'key' (needs a random value) or None for a harmless key."""
+    """'password', 'secret', 'key' (needs a random value) or None for a harmless key.
+
+    Cached: the same few keys recur in every text (a log repeats its field names)."""
     words = _words(key)
     if not words or words[-1] in _NON_SECRET_LAST:
         return None
-    # "pass" alone is too common a word (pass_through, pass_rate) except as the last one.
-    if any(w in _PASSWORD_WORDS for w in words) or words[-1] == "pass":
+    if any(stem in w for w in words for stem in _PASSWORD_STEMS):
         return "password"
-    if any(w in _SECRET_WORDS for w in words):
+    # "pass" alone is too common a word (pass_through, pass_rate) except as the last one.
+    if "pwd" in words or words[-1] == "pass":
+        return "password"
+    if any(w in _SECRET_WORDS for w in words) or words[-1] in _SECRET_LAST:
         return "secret"
     if words[-1] in ("key", "keys"):
         before = words[-2] if len(words) > 1 else ""
@@ -169,188 +221,480 @@ def _key_class(key: str) -> str | None:
     return None
 
 
-def _is_code(m: re.Match[str], value: str) -> bool:
-    """An unquoted value that is an expression in source code, not a literal secret."""
-    if m.string[m.end("uval") : m.end("uval") + 1] in ("(", "["):
-        return True  # password = get_password(...), token = os.environ["TOKEN"]
-    return _DOTTED_NAME.fullmatch(value) is not None  # api_key = settings.api_key
+def _value_ok(key_class: str | None, value: str) -> bool:
+    if key_class == "password":
+        return len(value) >= 4
+    if key_class == "secret":
+        return len(value) >= 8 and not value.isdigit()
+    if key_class == "key":
+        return len(value) >= 8 and _looks_random(value)
+    return False
+
+
+def _marker_kind(key_class: str) -> str:
+    return "password" if key_class == "password" else "secret"
 
 
 Span = tuple[str, int, int]
-Resolver = Callable[[re.Match[str]], Span | None]
+"""(kind, start, end) of one secret in the text."""
+
+
+class _Rule:
+    """One built-in or custom rule: the spans it hides in a text.
+
+    ``triggers`` are lowercase substrings one of which must occur for the rule to run at
+    all (empty: always runs); most texts hold none, which makes most rules free.
+    """
+
+    kind: str
+    triggers: tuple[str, ...]
+
+    def spans(self, text: str) -> list[Span]:
+        raise NotImplementedError
+
+
+@cache
+def _compiled(source: str, flags: int) -> re.Pattern[str]:
+    """Compiled on first use: most rules never run (their keywords are absent), and a
+    short-lived process (a hook) should not pay for compiling ninety patterns."""
+    return re.compile(source, flags)
 
 
 @dataclass(frozen=True, slots=True)
-class _Rule:
-    """One compiled pattern. ``resolve`` picks the span to hide, or None to keep the match."""
+class _PatternRule(_Rule):
+    """A regular expression; its ``secret`` group (or the whole match) is the secret."""
+
+    kind: str
+    source: str
+    triggers: tuple[str, ...] = ()
+    accept: Callable[[str], bool] | None = None
+    placeholders: bool = True
+    flags: int = 0
+
+    @property
+    def pattern(self) -> re.Pattern[str]:
+        return _compiled(self.source, self.flags)
+
+    def spans(self, text: str) -> list[Span]:
+        found: list[Span] = []
+        pattern = self.pattern
+        secret_group = "secret" in pattern.groupindex
+        for m in pattern.finditer(text):
+            group = "secret" if secret_group and m.group("secret") else 0
+            value = m.group(group)
+            if not value or _MARKER_PREFIX in value:
+                continue
+            if self.placeholders and _is_placeholder(value):
+                continue
+            if self.accept is not None and not self.accept(value):
+                continue
+            found.append((self.kind, m.start(group), m.end(group)))
+        return found
+
+
+Resolve = Callable[[re.Match[str]], tuple[list[Span], int]]
+"""Spans to hide in a match, and where the next search starts (inside the match when the
+match was not a secret, so a secret nested in its value is still found)."""
+
+
+@dataclass(frozen=True, slots=True)
+class _ResolvedRule(_Rule):
+    """A pattern whose matches need judgement (`Resolve`)."""
 
     kind: str
     pattern: re.Pattern[str]
-    # Lowercase substrings one of which must occur for the rule to possibly match; empty
-    # means the rule always runs.
     triggers: tuple[str, ...]
-    resolve: Resolver
+    resolve: Resolve
+
+    def spans(self, text: str) -> list[Span]:
+        found: list[Span] = []
+        pos = 0
+        while pos <= len(text):
+            m = self.pattern.search(text, pos)
+            if m is None:
+                break
+            spans, resume = self.resolve(m)
+            found.extend(spans)
+            pos = max(resume, m.start() + 1)
+        return found
 
 
-def _secret_group(
-    kind: str, accept: Callable[[str], bool] | None = None, *, placeholders: bool = True
-) -> Resolver:
-    """Hide the ``secret`` group when the pattern has one, else the whole match."""
+@dataclass(frozen=True, slots=True)
+class _PemRule(_Rule):
+    """PEM private keys: BEGIN to END, or to the last base64 character when END is gone.
 
-    def resolve(m: re.Match[str]) -> Span | None:
-        group = "secret" if "secret" in m.re.groupindex and m.group("secret") else 0
-        value = m.group(group)
-        if not value or value.startswith(_MARKER_PREFIX):
-            return None
-        if placeholders and _is_placeholder(value):
-            return None
-        if accept is not None and not accept(value):
-            return None
-        return kind, m.start(group), m.end(group)
+    The END line is searched for once per block and remembered, so a text of many BEGIN
+    lines without END is still read in one pass.
+    """
 
-    return resolve
+    kind: str = "private_key"
+    triggers: tuple[str, ...] = ("private key",)
 
-
-def _resolve_assignment(m: re.Match[str]) -> Span | None:
-    group = "qval" if m.group("qval") is not None else "uval"
-    value = m.group(group)
-    if _is_placeholder(value) or _MARKER_PREFIX in value:
-        return None
-    if group == "uval" and _is_code(m, value):
-        return None
-    key_class = _key_class(m.group("key"))
-    if key_class == "password":
-        ok = len(value) >= 4
-    elif key_class == "secret":
-        ok = len(value) >= 8 and not value.isdigit()
-    elif key_class == "key":
-        ok = len(value) >= 8 and _looks_random(value)
-    else:
-        ok = False
-    if not ok:
-        return None
-    kind = "password" if key_class == "password" else "secret"
-    return kind, m.start(group), m.end(group)
+    def spans(self, text: str) -> list[Span]:
+        found: list[Span] = []
+        pos = 0
+        end_match: re.Match[str] | None = None
+        no_end_after = len(text) + 1
+        while True:
+            begin = _PEM_BEGIN.search(text, pos)
+            if begin is None:
+                return found
+            end: int | None = None
+            if begin.end() < no_end_after:
+                if end_match is None or end_match.start() < begin.end():
+                    end_match = _PEM_END.search(text, begin.end())
+                if end_match is None:
+                    no_end_after = begin.end()
+                else:
+                    end = end_match.end()
+            if end is None:
+                cut = _PEM_BODY.match(text, begin.end())
+                end = cut.end() if cut else begin.end()
+            found.append((self.kind, begin.start(), end))
+            pos = end
 
 
-# Not inside a longer token: the character before a key is not part of one.
-_B = r"(?<![A-Za-z0-9_\-])"
-_B_PLUS = r"(?<![A-Za-z0-9_\-+/=])"  # also not inside base64 (which has + / =)
+_PEM_BEGIN = re.compile(r"-----BEGIN [A-Z0-9 ]{0,40}PRIVATE KEY(?: BLOCK)?-----")
+_PEM_END = re.compile(r"-----END [A-Z0-9 ]{0,40}PRIVATE KEY(?: BLOCK)?-----")
+_PEM_BODY = re.compile(rf"[A-Za-z0-9+/=\s\\:,-]{{0,{_PEM_MAX}}}")
+
 # An optional quote, possibly JSON-escaped (\" inside a JSON string).
 _Q = r"""(?:\\?["'])?"""
+_HEADER_ASSIGN = rf"{_Q}[ \t]*[:=][ \t]*{_Q}"
 
 
-def _builtin_rules() -> list[_Rule]:
-    def rule(
-        kind: str,
-        pattern: str,
-        triggers: Iterable[str],
-        *,
-        flags: int = 0,
-        accept: Callable[[str], bool] | None = None,
-        resolve: Resolver | None = None,
-    ) -> _Rule:
-        return _Rule(
-            kind,
-            re.compile(pattern, flags),
-            tuple(triggers),
-            resolve or _secret_group(kind, accept),
+# -- the assignment rule ---------------------------------------------------------------------
+
+# Step one finds a key and its assignment only; the value is read (step two) only when the
+# key names a secret, so a long run of harmless "a=b=c=..." costs one short match per pair.
+_ASSIGNMENT = re.compile(
+    rf"(?<![A-Za-z0-9_.\-])(?:--)?{_Q}(?P<key>[A-Za-z][A-Za-z0-9_.\-]{{0,{_KEY_MAX}}}){_Q}"
+    r"(?P<assign>[ \t]*(?::=|=>|[:=])[ \t]*)(?=\\?[\"']|[^\s\"'`\\<>])"
+)
+_QUOTED_VALUE = re.compile(rf"\\?[\"'](?P<value>[^\"'\n\\]{{1,{_VALUE_MAX}}})")
+# Env files: the value runs to whitespace or a quote (a Django key is full of punctuation).
+_ENV_VALUE = re.compile(rf"(?P<value>[^\s\"'`\\<>]{{1,{_VALUE_MAX}}})")
+# Elsewhere it also ends at , ; & ( ) [ ] { } and takes "=" only as base64 padding.
+_PLAIN_VALUE = re.compile(rf"(?P<value>[^\s\"'`\\<>,;&()\[\]{{}}=]{{1,{_VALUE_MAX}}}={{0,3}})")
+# Where a rejected value may still hide a nested pair: the search resumes at the first of these.
+_VALUE_SEPARATOR = re.compile(r"[\s;&,]")
+_ENV_KEY = re.compile(r"[A-Z][A-Z0-9_]*")
+_AUTH_SCHEME = re.compile(r"(?:bearer|basic|token|digest|bot|apikey|key)[ \t]+", re.IGNORECASE)
+
+
+def _resolve_assignment(m: re.Match[str]) -> tuple[list[Span], int]:
+    text = m.string
+    key_class = _key_class(m.group("key"))
+    if key_class is None:
+        return [], m.end()  # the value may itself hold "KEY=secret"
+    quoted = _QUOTED_VALUE.match(text, m.end())
+    env_style = m.group("assign") == "=" and _ENV_KEY.fullmatch(m.group("key")) is not None
+    if quoted is not None:
+        found: re.Match[str] | None = quoted
+    else:
+        found = (_ENV_VALUE if env_style else _PLAIN_VALUE).match(text, m.end())
+    if found is None:
+        return [], m.end()
+    start, end = found.span("value")
+    value = found.group("value")
+    separator = _VALUE_SEPARATOR.search(text, start, end)
+    reject: tuple[list[Span], int] = ([], separator.start() if separator else end)
+    if quoted is None:
+        follows = text[end : end + 1]
+        if env_style:
+            value = value.rstrip(",;")
+            code = _CALL.match(value) is not None and value.endswith(")")
+        else:
+            code = follows in ("(", "[") or _DOTTED_NAME.fullmatch(value) is not None
+            if ":" in m.group("assign"):
+                # A type annotation: "api_key: SecretStr = ...", "password: str | None".
+                code = code or text[end : end + 3].lstrip().startswith(("=", "|"))
+        if code or not value:
+            return reject
+        end = start + len(value)
+    if _is_placeholder(value) or not _value_ok(key_class, value):
+        return reject
+    scheme = _AUTH_SCHEME.match(value)
+    if scheme is not None:
+        start += scheme.end()  # "Authorization": "Basic ...": the scheme is no secret
+    return [(_marker_kind(key_class), start, end)], end
+
+
+# -- headers, cookies and command lines --------------------------------------------------------
+
+_COOKIE = re.compile(
+    rf"\b(?:set-)?cookie[ \t]*:[ \t]*(?P<body>[^\r\n\"\\]{{1,{_COOKIE_MAX}}})", re.IGNORECASE
+)
+_COOKIE_PAIR = re.compile(r"(?:^|;)[ \t]*(?P<name>[^=;\s]{1,100})=(?P<value>[^;]*)")
+_COOKIE_ATTRIBUTES = _wordset(
+    "path domain expires max-age samesite secure httponly priority partitioned version comment"
+)
+_COOKIE_SECRET_WORDS = (
+    "session",
+    "sess",
+    "sid",
+    "token",
+    "auth",
+    "jwt",
+    "login",
+    "remember",
+    "access",
+    "refresh",
+    "csrf",
+    "xsrf",
+    "secret",
+    "key",
+    "pass",
+    "saml",
+    "oauth",
+)
+
+
+def _resolve_cookie(m: re.Match[str]) -> tuple[list[Span], int]:
+    spans: list[Span] = []
+    base = m.start("body")
+    for pair in _COOKIE_PAIR.finditer(m.group("body")):
+        name = pair.group("name").lower()
+        raw = pair.group("value")
+        value = raw.strip()
+        if name in _COOKIE_ATTRIBUTES or not value or _is_placeholder(value):
+            continue
+        named_secret = any(word in name for word in _COOKIE_SECRET_WORDS)
+        random_value = len(value) >= _RANDOM_COOKIE_MIN and _looks_random(value)
+        if (named_secret and len(value) >= 4) or random_value:
+            start = base + pair.start("value") + (len(raw) - len(raw.lstrip()))
+            spans.append(("cookie", start, start + len(value)))
+    return spans, m.end()
+
+
+_COMMAND = re.compile(
+    r"(?<![\w./-])(?P<cmd>curl|wget|mysql|mysqldump|mysqladmin|mariadb|docker|podman|nerdctl"
+    r"|helm|oras|skopeo|sshpass|twine|htpasswd)(?![\w.-])"
+    rf"(?P<args>[^\n\r]{{0,{_COMMAND_MAX}}})"
+)
+_TOKEN = re.compile(r"\S+")
+# Shell syntax that ends one command's arguments.
+_COMMAND_ENDS = frozenset({"|", "||", "&&", ";", ">", ">>", "<", "2>", "&"})
+_QUOTES = "\"'\\"
+_MYSQL = frozenset({"mysql", "mysqldump", "mysqladmin", "mariadb"})
+_REGISTRY_LOGIN = frozenset({"docker", "podman", "nerdctl", "helm", "oras"})
+
+
+def _core(token: str, offset: int) -> tuple[int, int]:
+    """The token's value without surrounding quotes (also JSON-escaped) or JSON after it."""
+    start, end = 0, len(token)
+    while start < end and token[start] in _QUOTES:
+        start += 1
+    for closing in ('\\"', '"', "'"):
+        at = token.find(closing, start)
+        if at != -1:
+            end = min(end, at)
+    return offset + start, offset + end
+
+
+def _after_colon(text: str, start: int, end: int) -> Span | None:
+    """The password of a ``user:password`` value."""
+    colon = text.find(":", start, end)
+    if colon == -1 or colon + 1 >= end:
+        return None
+    secret = text[colon + 1 : end]
+    return None if _is_placeholder(secret) else ("command_password", colon + 1, end)
+
+
+def _resolve_command(m: re.Match[str]) -> tuple[list[Span], int]:
+    text, cmd = m.string, m.group("cmd")
+    tokens: list[tuple[str, int, int]] = []  # (raw token, value start, value end)
+    # Where the next search starts: the end of this command (a later command in the same
+    # line is read on its own), or the last word read.
+    resume = m.end()
+    for tok in _TOKEN.finditer(m.group("args")):
+        if tok.group() in _COMMAND_ENDS or len(tokens) == _COMMAND_WORDS:
+            resume = tok.start() + m.start("args")
+            break
+        start, end = _core(tok.group(), tok.start() + m.start("args"))
+        tokens.append((tok.group(), start, end))
+    words = [text[s:e] for _, s, e in tokens]
+    spans: list[Span] = []
+
+    def value_at(i: int) -> Span | None:
+        if i >= len(tokens):
+            return None
+        _, s, e = tokens[i]
+        value = text[s:e]
+        if not value or value.startswith("-") or _is_placeholder(value):
+            return None
+        return ("command_password", s, e)
+
+    login = "login" in words
+    positional: list[int] = []
+    flags = ""
+    for i, word in enumerate(words):
+        found: Span | None = None
+        _, s, e = tokens[i]
+        if cmd in ("curl", "wget") and word in ("-u", "--user"):
+            nxt = value_at(i + 1)
+            found = _after_colon(text, nxt[1], nxt[2]) if nxt else None
+        elif cmd in ("curl", "wget") and word.startswith("--user="):
+            found = _after_colon(text, s + len("--user="), e)
+        elif cmd == "curl" and word.startswith("-u") and len(word) > 2 and word[2] != "-":
+            found = _after_colon(text, s + 2, e)
+        elif cmd in _MYSQL and word.startswith("-p") and len(word) > 2:
+            secret = word[2:]
+            found = None if _is_placeholder(secret) else ("command_password", s + 2, e)
+        elif word in ("-p", "--password") and (
+            cmd in ("sshpass", "twine") or (cmd in _REGISTRY_LOGIN and login)
+        ):
+            found = value_at(i + 1)
+        elif cmd == "sshpass" and word.startswith("-p") and len(word) > 2:
+            found = ("command_password", s + 2, e)
+        elif cmd == "skopeo" and word.endswith("creds"):
+            nxt = value_at(i + 1)
+            found = _after_colon(text, nxt[1], nxt[2]) if nxt else None
+        elif word.startswith("-") and not word.startswith("--"):
+            flags += word[1:]
+        elif not word.startswith("-"):
+            positional.append(i)
+        if found is not None:
+            spans.append(found)
+    if cmd == "htpasswd" and "b" in flags:
+        # htpasswd -b [-c] file user password; with -n there is no file.
+        at = 1 if "n" in flags else 2
+        if len(positional) > at:
+            found = value_at(positional[at])
+            if found is not None:
+                spans.append(found)
+    return spans, resume
+
+
+_FLAG = re.compile(
+    r"(?<![\w-])--(?P<flag>[A-Za-z][A-Za-z0-9-]{0,40})[ \t]+(?P<value>[^\s-][^\s]{0,1023})"
+)
+
+
+def _resolve_flag(m: re.Match[str]) -> tuple[list[Span], int]:
+    """``--password VALUE`` and ``--token VALUE``: a flag that names a secret, then a space."""
+    key_class = _key_class(m.group("flag"))
+    start, end = _core(m.group("value"), m.start("value"))
+    value = m.string[start:end]
+    if key_class is None or _is_placeholder(value) or not _value_ok(key_class, value):
+        return [], m.start("value")
+    return [(_marker_kind(key_class), start, end)], m.end()
+
+
+# -- building the rule list --------------------------------------------------------------------
+
+
+def _accept(name: str | None) -> Callable[[str], bool] | None:
+    if name is None:
+        return None
+    if name == "random":
+        return _looks_random
+    raise ConfigError(f"{RULES_FILE}: unknown accept {name!r}")
+
+
+@cache
+def _format_rules() -> tuple[_PatternRule, ...]:
+    """The shape rules of ``secret_rules.json``, compiled once per process."""
+    data: dict[str, Any] = json.loads(
+        resources.files("judge.llm").joinpath(RULES_FILE).read_text(encoding="utf-8")
+    )
+    rules = []
+    for entry in data["rules"]:
+        source = entry["pattern"].replace("{start}", _START).replace("{end}", _END)
+        rules.append(
+            _PatternRule(
+                entry["kind"], source, tuple(entry["keywords"]), _accept(entry.get("accept"))
+            )
         )
+    return tuple(rules)
 
-    pem_begin = r"-----BEGIN [A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?-----"
-    pem_end = r"-----END [A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?-----"
-    pem_cut = r"[A-Za-z0-9+/=\s\\:,-]*"  # base64 lines of a block that lost its END line
-    assign = r"[ \t]*(?::=|=>|[:=])[ \t]*"
-    header_assign = rf"{_Q}\s*[:=]\s*{_Q}"
-    key_name = rf"(?P<key>[A-Za-z][A-Za-z0-9_.\-]{{0,{_KEY_MAX}}})"
-    quoted = rf"(?P<quote>\\?[\"'])(?P<qval>[^\"'\n\\]{{1,{_VALUE_MAX}}})"
-    unquoted = r"(?P<uval>[^\s\"'`,;&()\[\]{}<>]+)"
-    return [
-        rule(
-            "private_key",
-            rf"{pem_begin}(?:[\s\S]*?{pem_end}|{pem_cut})",
-            ["private key"],
-        ),
-        rule(
+
+@cache
+def _builtin_rules() -> tuple[_Rule, ...]:
+    """Every built-in rule, in priority order (an overlap is named by the earliest)."""
+    context: list[_Rule] = [
+        _PatternRule(
             "url_password",
-            r"\b[A-Za-z][A-Za-z0-9+.\-]{0,20}://[^\s:/?#@\"'<>\\]*:"
-            r"(?P<secret>[^\s/?#\"'<>\\]+)(?=@[^\s/?#@\"'<>\\]+)",
-            ["://"],
+            r"\b[A-Za-z][A-Za-z0-9+.\-]{0,20}://[^\s:/?#@\"'<>\\]{0,256}:"
+            r"(?P<secret>[^\s/\"'<>\\]{1,256})@(?=[^\s/?#@\"'<>\\])",
+            ("://",),
         ),
-        rule(
+        _PatternRule(
             "authorization",
-            rf"\bauthorization{header_assign}"
-            r"(?:bearer|basic|token|digest|bot|apikey)\s+(?P<secret>[^\s\"'\\,;]{4,})",
-            ["authorization"],
+            rf"\bauthorization{_HEADER_ASSIGN}"
+            r"(?:bearer|basic|token|digest|bot|apikey|key)[ \t]+"
+            r"(?P<secret>[^\s\"'\\,;]{4,4096})",
+            ("authorization",),
             flags=re.IGNORECASE,
         ),
-        rule("anthropic_key", _B + r"sk-ant-[A-Za-z0-9_\-]{20,}", ["sk-ant-"]),
-        rule(
-            "openai_key",
-            _B + r"sk-(?:proj-|svcacct-|admin-|None-)?[A-Za-z0-9_\-]{20,}",
-            ["sk-"],
-            accept=_looks_random,
-        ),
-        rule("google_api_key", _B + r"AIza[0-9A-Za-z_\-]{35}(?![0-9A-Za-z_\-])", ["aiza"]),
-        rule(
-            "aws_access_key_id",
-            r"(?<![A-Za-z0-9/+=])(?:AKIA|ASIA)[A-Z0-9]{16}(?![A-Za-z0-9/+=])",
-            ["akia", "asia"],
-        ),
-        rule(
+        _PatternRule(
             "aws_secret_key",
-            rf"aws_?secret_?access_?key{header_assign}"
+            rf"aws_?secret_?access_?key{_HEADER_ASSIGN}"
             r"(?P<secret>[A-Za-z0-9/+=]{40})(?![A-Za-z0-9/+=])",
-            ["secret"],
+            ("secret",),
             flags=re.IGNORECASE,
         ),
-        rule(
-            "github_token",
-            _B + r"(?:gh[pousr]_[A-Za-z0-9]{36,}|github_pat_[A-Za-z0-9_]{22,})",
-            ["ghp_", "gho_", "ghu_", "ghs_", "ghr_", "github_pat_"],
+        _ResolvedRule("cookie", _COOKIE, ("cookie",), _resolve_cookie),
+        _ResolvedRule(
+            "command_password",
+            _COMMAND,
+            ("curl", "wget", "mysql", "mariadb", "login", "sshpass", "twine", "htpasswd", "creds"),
+            _resolve_command,
         ),
-        rule("slack_token", _B + r"xox[abprs]-[A-Za-z0-9\-]{10,}", ["xox"]),
-        rule("stripe_key", _B + r"(?:sk|rk)_(?:live|test)_[A-Za-z0-9]{16,}", ["_live_", "_test_"]),
-        rule(
-            "huggingface_token",
-            _B + r"hf_[A-Za-z0-9]{30,}(?![A-Za-z0-9])",
-            ["hf_"],
-            accept=_looks_random,
+        _PatternRule(
+            "command_password",
+            r"\b(?:login|user(?:name)?)[ \t]+[^\s]{1,256}[ \t]+password[ \t]+"
+            rf"(?P<secret>[^\s\"'\\]{{1,{_VALUE_MAX}}})",
+            ("password",),
         ),
-        rule(
-            "jwt",
-            _B_PLUS + r"eyJ[A-Za-z0-9_\-]{5,}\.eyJ[A-Za-z0-9_\-]{5,}\.[A-Za-z0-9_\-]*",
-            ["eyj"],
+        _ResolvedRule(
+            "command_password",
+            _FLAG,
+            ("pass", "pwd", "secret", "token", "key", "credential", "auth"),
+            _resolve_flag,
         ),
-        rule(
+        _PatternRule(
             "bearer_token",
-            r"\bbearer\s+(?P<secret>[A-Za-z0-9\-._~+/]{8,}=*)",
-            ["bearer"],
+            r"\bbearer[ \t]+(?P<secret>[A-Za-z0-9\-._~+/]{8,4096}={0,3})",
+            ("bearer",),
+            _looks_random,
             flags=re.IGNORECASE,
-            accept=_looks_random,
         ),
-        rule(
+        _ResolvedRule(
             "secret",
-            rf"(?<![A-Za-z0-9_.]){_Q}{key_name}{_Q}{assign}(?:{quoted}|{unquoted})",
-            ["pass", "pwd", "secret", "token", "key", "credential", "authorization"],
-            resolve=_resolve_assignment,
+            _ASSIGNMENT,
+            ("pass", "pwd", "secret", "token", "key", "credential", "auth", "sig", "pat"),
+            _resolve_assignment,
         ),
     ]
+    return (_PemRule(), *_format_rules(), *context)
 
 
-def _apply(rule: _Rule, text: str) -> str:
-    def replace(m: re.Match[str]) -> str:
-        found = rule.resolve(m)
-        if found is None:
-            return m.group(0)
-        kind, start, end = found
-        whole, base = m.group(0), m.start()
-        return whole[: start - base] + MARKER.format(kind=kind) + whole[end - base :]
-
-    return rule.pattern.sub(replace, text)
+def _kinds(rules: Iterable[_Rule]) -> tuple[str, ...]:
+    kinds: list[str] = []
+    for rule in rules:
+        if rule.kind not in kinds:
+            kinds.append(rule.kind)
+        if rule.kind == "secret" and "password" not in kinds:
+            kinds.append("password")  # the assignment rule's second marker
+    return tuple(kinds)
 
 
-BUILTIN_KINDS: tuple[str, ...] = tuple(r.kind for r in _builtin_rules())
+BUILTIN_KINDS: tuple[str, ...] = _kinds(_builtin_rules())
+
+
+def _merge(spans: Sequence[tuple[int, int, int, str]]) -> list[tuple[int, int, str]]:
+    """Overlapping spans become one, named by the highest-priority rule among them."""
+    merged: list[tuple[int, int, int, str]] = []
+    for start, end, priority, kind in sorted(spans):
+        if merged and start < merged[-1][1]:
+            m_start, m_end, m_priority, m_kind = merged[-1]
+            if priority < m_priority:
+                m_priority, m_kind = priority, kind
+            merged[-1] = (m_start, max(m_end, end), m_priority, m_kind)
+        else:
+            merged.append((start, end, priority, kind))
+    return [(start, end, kind) for start, end, _, kind in merged]
 
 
 class Redactor:
@@ -359,8 +703,9 @@ class Redactor:
     ``extra_patterns`` are regular expressions for secrets of your own (an internal token
     format); a pattern with a named group ``secret`` hides only that group, otherwise the
     whole match, and is reported as ``custom``. ``builtins=False`` turns every built-in
-    rule off; ``disable`` turns off the named ones (see `BUILTIN_KINDS`). Patterns are
-    compiled once, here; an invalid one raises `ConfigError`.
+    rule off; ``disable`` turns off the named kinds (see `BUILTIN_KINDS`; ``secret`` also
+    turns off ``password``, which the same rule reports). Patterns are compiled once; an
+    invalid one raises `ConfigError`.
     """
 
     def __init__(
@@ -376,7 +721,9 @@ class Redactor:
             raise ConfigError(
                 f"unknown redaction rule(s) {sorted(unknown)}; known: {list(BUILTIN_KINDS)}"
             )
-        rules = [r for r in _builtin_rules() if r.kind not in disabled] if builtins else []
+        rules: list[_Rule] = (
+            [r for r in _builtin_rules() if r.kind not in disabled] if builtins else []
+        )
         for source in extra_patterns:
             try:
                 compiled = re.compile(source)
@@ -384,31 +731,39 @@ class Redactor:
                 raise ConfigError(f"invalid redaction pattern {source!r}: {exc}") from exc
             if compiled.fullmatch("") is not None:
                 raise ConfigError(f"redaction pattern {source!r} matches the empty string")
-            resolve = _secret_group(CUSTOM_KIND, placeholders=False)
-            rules.append(_Rule(CUSTOM_KIND, compiled, (), resolve))
+            rules.append(_PatternRule(CUSTOM_KIND, source, placeholders=False))
         self._rules: tuple[_Rule, ...] = tuple(rules)
 
     @property
     def kinds(self) -> tuple[str, ...]:
-        """The kinds of rule this redactor runs, in order."""
-        return tuple(r.kind for r in self._rules)
+        """The kinds of rule this redactor runs, in priority order."""
+        return _kinds(self._rules)
+
+    def spans(self, text: str) -> list[tuple[int, int, str]]:
+        """(start, end, kind) of every secret in ``text``, merged and in order."""
+        if not text:
+            return []
+        lowered = text.lower()
+        found: list[tuple[int, int, int, str]] = []
+        for priority, rule in enumerate(self._rules):
+            if rule.triggers and not any(t in lowered for t in rule.triggers):
+                continue
+            found.extend((s, e, priority, kind) for kind, s, e in rule.spans(text) if e > s)
+        return _merge(found)
 
     def redact(self, text: str) -> str:
         """``text`` with every secret replaced by its marker; unchanged if none."""
-        if not text:
+        spans = self.spans(text)
+        if not spans:
             return text
-        lowered: str | None = None
-        for rule in self._rules:
-            if rule.triggers:
-                if lowered is None:
-                    lowered = text.lower()
-                if not any(t in lowered for t in rule.triggers):
-                    continue
-            redacted = _apply(rule, text)
-            if redacted != text:
-                text = redacted
-                lowered = None
-        return text
+        parts: list[str] = []
+        at = 0
+        for start, end, kind in spans:
+            parts.append(text[at:start])
+            parts.append(MARKER.format(kind=kind))
+            at = end
+        parts.append(text[at:])
+        return "".join(parts)
 
     __call__ = redact
 
@@ -422,3 +777,15 @@ def default_redactor() -> Redactor:
 def redact(text: str) -> str:
     """``text`` with secrets replaced by ``[REDACTED:<kind>]`` (all built-in rules)."""
     return default_redactor().redact(text)
+
+
+@cache
+def _shared(patterns: tuple[str, ...]) -> Redactor:
+    return Redactor(extra_patterns=patterns)
+
+
+def redactor_for(*, enabled: bool, patterns: Iterable[str] = ()) -> Redactor | None:
+    """The redactor a tracker's settings ask for (``redact_secrets``, ``redact_patterns``),
+    or None when redaction is off. Trackers with the same settings share one, so the
+    judge's prompt, the verdict texts and the logs all go through the same rules."""
+    return _shared(tuple(patterns)) if enabled else None

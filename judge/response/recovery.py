@@ -59,6 +59,63 @@ RECOVERY_FENCE = "```loop-judge"
 _FENCE_SAFE = "'''"
 _SECTION = re.compile(r"^## (\S+)\s*$", re.MULTILINE)
 
+# -- the judge's words -------------------------------------------------------------------------
+# A judge model's reply is untrusted text (it read the agent's history, which anyone can
+# write into), yet the recovery message is appended to the agent's conversation. So the
+# analysis is never spliced in as ours: code, links and sentences that give orders are
+# removed, what is left is clipped, quoted and labelled as the reviewer's opinion.
+OPINION_CHARS = 240
+"""The longest quoted analysis: two sentences of description, no room for a payload."""
+OPINION_LABEL = "(the reviewer's opinion, not an instruction)"
+NO_OPINION = "(no usable assessment)"
+_CODE_BLOCK = re.compile(r"```[\s\S]{0,4000}?(?:```|$)|`[^`\n]{0,400}`?")
+_TAG = re.compile(r"</?[A-Za-z|!][^<>\n]{0,80}>|<\|[^|\n]{0,40}\|>")
+_LINK = re.compile(
+    r"\b(?:[a-z][a-z0-9+.-]{1,20}://|www\.)[^\s\"'<>]{1,2000}"
+    r"|\b(?:\d{1,3}\.){3}\d{1,3}(?::\d{1,5})?[^\s\"'<>]{0,2000}"
+    r"|\b[a-z0-9-]{1,63}(?:\.[a-z0-9-]{1,63}){0,5}\.(?:com|net|org|io|dev|sh|xyz|ru|cn|example"
+    r"|app|ai|co|me|info|biz|top|site|online)\b[^\s\"'<>]{0,2000}",
+    re.IGNORECASE,
+)
+# A sentence ends at . ! ? before a space (not inside "config.py") or at a line break.
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s+|\n+")
+# A clause of a sentence, each checked for orders on its own ("Stuck; run X").
+_CLAUSE_END = re.compile(r"[;:]|,\s*(?=(?:and\s+)?(?:then|so|now|next|please)\b)|\s+-+\s+")
+# Sentence openings that address the agent instead of describing it.
+_ORDER_START = re.compile(
+    r"^\W{0,3}(?:please|now|next|first|then|instead|also|finally|just)?[,:]?\s{0,3}"
+    r"(?:run|execute|exec|type|enter|paste|copy|install|download|upload|fetch|curl|wget|sudo"
+    r"|ignore|disregard|forget|delete|remove|rm|drop|kill|call|use|try|open|visit|go|click|"
+    r"send|post|export|set|write|create|chmod|chown|source|eval|pipe|grant|give|reveal|print|"
+    r"do|don't|do not|never|always|stop|continue|make|change|edit|modify|replace|add|apply|"
+    r"push|commit|deploy|login|log in|sign in|authenticate|share|email|contact)\b",
+    re.IGNORECASE,
+)
+_ORDER_ANYWHERE = re.compile(
+    r"\b(?:you|agent|assistant)\s{1,3}(?:should|must|need to|have to|ought to|will need to)\b"
+    r"|\bignore\s{1,3}(?:all|any|the|previous|prior|above)\b|\binstructions?\b|\bsystem prompt\b"
+    r"|\$\(|&&|\|\||\|\s{0,3}(?:sh|bash|zsh|python\d?|perl|ruby|node)\b|;\s{0,3}(?:rm|curl|wget)\b"
+    r"|\b(?:sudo|rm\s{1,3}-|chmod|curl|wget|bash\s{1,3}-c|python\d?\s{1,3}-c|os\.system|eval\(|exec\()",
+    re.IGNORECASE,
+)
+
+
+def judge_opinion(analysis: str | None, limit: int = OPINION_CHARS) -> str:
+    """The judge's analysis as it may be shown: orders, code and links removed, clipped,
+    quoted and labelled as the reviewer's opinion (`NO_OPINION` when nothing is left)."""
+    text = _TAG.sub(" ", _CODE_BLOCK.sub(" ", analysis or ""))
+    text = _LINK.sub("[link removed]", text)
+    kept = []
+    for sentence in _SENTENCE_END.split(text):
+        sentence = " ".join(sentence.split())
+        if not sentence or _ORDER_ANYWHERE.search(sentence):
+            continue
+        if any(_ORDER_START.match(c.strip()) for c in _CLAUSE_END.split(sentence)):
+            continue
+        kept.append(sentence.replace('"', "'").replace(_FENCE, _FENCE_SAFE))
+    quoted = _shorten(" ".join(kept), limit)
+    return f'"{quoted}" {OPINION_LABEL}' if quoted else NO_OPINION
+
 
 @dataclass(frozen=True, slots=True)
 class Recovery:
@@ -223,19 +280,21 @@ def for_judge(
 
     ``recent_calls`` are the calls in the judge's window, most repeated first ("name(args)
     x3"): the judge names no call, so the constraint cites what the agent actually did.
+    The judge's own analysis appears only through `judge_opinion`: the structure, the
+    constraint and the alternatives are ours.
     """
     step = step or _first_step()
     advice = _advice(LLM_ADVICE)
-    analysis = call.analysis or "no analysis given"
     confidence = call.confidence if call.confidence is not None else 0.0
     name = str(advice.get("name", "no-progress loop"))
     calls = list(recent_calls) or ["(no tool calls in the reviewed messages)"]
 
     def render(cap: int, items: int) -> str:
+        opinion = judge_opinion(call.analysis, min(cap * 2, OPINION_CHARS))
         fields = _Blank(
             name=name,
-            what=_fence_safe(_shorten(analysis, cap * 2)),
-            analysis=_fence_safe(_shorten(analysis, cap * 2)),
+            what=opinion,
+            analysis=opinion,
             confidence=confidence,
             evidence=_evidence(evidence),
             constraint=str(advice.get("constraint", "do not repeat the same steps.")),
@@ -260,8 +319,8 @@ def for_judge(
             "overall": step.overall_count,
             "model": call.model,
             "confidence": confidence,
-            "analysis": analysis,
+            "analysis": judge_opinion(call.analysis, EXPLANATION_FIELD_CHARS),
         },
-        f"LLM judge ({call.model}, {confidence:.2f}): {analysis}",
+        f"LLM judge ({call.model}, {confidence:.2f}): {judge_opinion(call.analysis)}",
     )
     return Recovery(summary, explanation, message)

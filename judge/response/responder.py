@@ -4,17 +4,24 @@
 three texts), applies a person's overrides and the known-loop memory to the detectors'
 assessment, runs the ``on_loop`` callback, and keeps the stats and telemetry. The tracker
 calls it at four points of a turn and otherwise knows nothing of it.
+
+It is also the one exit of a verdict: `Responder.publish` passes every text the verdict
+carries (summary, explanation, recovery message, analysis, pattern, errors, the judge
+calls' analyses and errors) through the tracker's redactor before anyone sees it (the
+agent, ``on_loop``, stats, telemetry, logs, the eval report), and logs loop verdicts and
+judge failures, one line each, on the ``judge`` logger.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import inspect
+import itertools
 import logging
 import sqlite3
-from collections import Counter
+from collections import Counter, OrderedDict
 from collections.abc import Awaitable, Callable, Iterable, Sequence
-from typing import Any, TypeAlias
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 from judge.config import TrackerConfig
 from judge.detectors.base import LOOP_SCORE, SUSPICION_CAP, Finding, short
@@ -24,12 +31,32 @@ from judge.llm.pair import JudgeOutcome
 from judge.response.ladder import LLM_PATTERN, Ladder, LadderPolicy, LadderState, OverrideRecord
 from judge.response.ladder import Step as LadderStep
 from judge.response.memory import LoopMemory
-from judge.response.recovery import for_finding, for_judge
+from judge.response.recovery import OPINION_CHARS, for_finding, for_judge, judge_opinion
 from judge.response.stats import TrackerStats
 from judge.response.telemetry import Telemetry
-from judge.verdict import Action, LoopKind, Origin, Verdict
+from judge.verdict import Action, JudgeCall, LoopKind, Origin, Verdict
+
+if TYPE_CHECKING:
+    from judge.llm.redaction import Redactor
 
 logger = logging.getLogger("judge.response")
+VERDICT_LOGGER = "judge"
+"""The logger of loop verdicts and judge failures: INFO for a warning, WARNING for a stop,
+an ask-the-user and a failed judge check; one line each, named by the tracker, redacted."""
+verdict_logger = logging.getLogger(VERDICT_LOGGER)
+# Actions logged at WARNING: the agent is halted or handed to a person.
+_LOUD_ACTIONS = frozenset({Action.STOP, Action.ASK_USER})
+# Redacted patterns remembered for override(): a session flags a handful, this is plenty.
+PUBLIC_PATTERNS_KEPT = 256
+# Characters of a verdict's summary in its log line.
+LOG_SUMMARY_CHARS = 200
+_tracker_numbers = itertools.count(1)
+
+
+def tracker_name(name: str | None) -> str:
+    """``name`` when given (a session id), else ``tracker-<n>``, unique in the process."""
+    return name if name else f"tracker-{next(_tracker_numbers)}"
+
 
 LoopCallback: TypeAlias = Callable[
     [Verdict], "Action | str | Verdict | Awaitable[Action | str | Verdict | None] | None"
@@ -77,8 +104,10 @@ class Responder:
         on_loop: LoopCallback | None = None,
         telemetry: Telemetry | None = None,
         memory: LoopMemory | None = None,
+        name: str | None = None,
     ) -> None:
         self.config = config
+        self.name = tracker_name(name)
         self.ladder = Ladder(
             LadderPolicy(
                 mode=config.response_mode,
@@ -95,6 +124,11 @@ class Responder:
         self.memory = memory
         self._on_loop = on_loop
         self._shown_suspicion = 0.0
+        # Built on the first verdict with text: a plain turn never imports the rules.
+        self._redactor: Redactor | None = None
+        self._redactor_ready = False
+        # Redacted pattern -> the ladder's own, so override(verdict) still finds its loop.
+        self._patterns: OrderedDict[str, str] = OrderedDict()
 
     def reset(self) -> None:
         """A new conversation: the ladder and overrides start afresh; stats go on."""
@@ -140,7 +174,8 @@ class Responder:
         return finding
 
     async def settle(self, verdict: Verdict) -> Verdict:
-        """End of a turn: recoveries, the callback, stats and telemetry."""
+        """End of a turn: redaction, recoveries, the callback, stats, telemetry and logs."""
+        verdict = self.publish(verdict)
         for pattern in self.ladder.end_turn():
             self.stats.recoveries_succeeded += 1
             verdict = self._remember_recovery(verdict, pattern, succeeded=True)
@@ -154,7 +189,108 @@ class Responder:
             if verdict.looping:
                 self.stats.record_loop(verdict)
                 self.telemetry.loop(verdict)
+        self._log(verdict)
         return verdict
+
+    # -- what leaves the tracker --------------------------------------------------------------
+
+    def redactor(self) -> Redactor | None:
+        """The tracker's redactor (None with ``redact_secrets`` off), built on first use."""
+        if not self._redactor_ready:
+            from judge.llm.redaction import redactor_for
+
+            self._redactor = redactor_for(
+                enabled=self.config.redact_secrets, patterns=self.config.redact_patterns
+            )
+            self._redactor_ready = True
+        return self._redactor
+
+    def scrub(self, text: str) -> str:
+        """``text`` as it may leave the tracker (a log line, an error)."""
+        redactor = self.redactor()
+        return redactor.redact(text) if redactor is not None and text else text
+
+    def publish(self, verdict: Verdict) -> Verdict:
+        """``verdict`` with every text it carries redacted: the one exit for secrets.
+
+        A verdict without text (most turns) is returned as it is, without loading the
+        rules. The redacted pattern is remembered so `override` maps it back.
+        """
+        texts = (verdict.summary, verdict.explanation, verdict.recovery_message)
+        if not (any(texts) or verdict.analysis or verdict.errors or verdict.judge_calls):
+            return verdict
+        redactor = self.redactor()
+        if redactor is None:
+            return verdict
+        clean = redactor.redact
+
+        def opt(text: str | None) -> str | None:
+            return clean(text) if text else text
+
+        update: dict[str, Any] = {
+            "summary": opt(verdict.summary),
+            "explanation": opt(verdict.explanation),
+            "recovery_message": opt(verdict.recovery_message),
+            "analysis": opt(verdict.analysis),
+            "errors": [clean(e) for e in verdict.errors],
+            "judge_calls": [self._clean_call(c, clean) for c in verdict.judge_calls],
+        }
+        if verdict.pattern:
+            public = clean(verdict.pattern)
+            if public != verdict.pattern:
+                self._patterns[public] = verdict.pattern
+                self._patterns.move_to_end(public)
+                while len(self._patterns) > PUBLIC_PATTERNS_KEPT:
+                    self._patterns.popitem(last=False)
+            update["pattern"] = public
+        return verdict.model_copy(update=update)
+
+    @staticmethod
+    def _clean_call(call: JudgeCall, clean: Callable[[str], str]) -> JudgeCall:
+        if not call.analysis and not call.error:
+            return call
+        return call.model_copy(
+            update={
+                "analysis": clean(call.analysis) if call.analysis else call.analysis,
+                "error": clean(call.error) if call.error else call.error,
+            }
+        )
+
+    def _log(self, verdict: Verdict) -> None:
+        """One line per loop verdict and per failed judge check; never raises.
+
+        The texts are the published (redacted) ones; a skipped check (budget spent, circuit
+        open) is on the verdict's errors but not logged, or a long outage would log a line
+        every turn.
+        """
+        failed = [c for c in verdict.judge_calls if c.error is not None]
+        if not verdict.looping and not failed:
+            return
+        try:
+            if verdict.looping:
+                level = logging.WARNING if verdict.action in _LOUD_ACTIONS else logging.INFO
+                verdict_logger.log(
+                    level,
+                    "loop-judge %s turn %d: loop (%s, %s, %s): %s",
+                    self.name,
+                    verdict.turn,
+                    verdict.action.value,
+                    verdict.source or "unknown",
+                    verdict.kind.value if verdict.kind is not None else "unclassified",
+                    short(verdict.summary or "-", LOG_SUMMARY_CHARS),
+                )
+            if failed:
+                verdict_logger.warning(
+                    "loop-judge %s turn %d: judge %s: %s",
+                    self.name,
+                    verdict.turn,
+                    "check failed" if all(not c.ok for c in verdict.judge_calls) else "call failed",
+                    "; ".join(f"{c.model}: {short(c.error or '', 160)}" for c in failed),
+                )
+        except Exception:
+            # A broken log handler or filter is the application's; it must never reach the
+            # agent, whose turn this is (logging's own handleError covers emit only).
+            pass
 
     # -- verdicts ---------------------------------------------------------------------------
 
@@ -179,7 +315,7 @@ class Responder:
         if self.ladder.silenced(finding.pattern):
             return Verdict(turn=turn, suspicion=min(finding.score, SUSPICION_CAP))
         step = self.ladder.preview(finding.pattern)
-        return self._finding_verdict(finding, step, turn=turn, evidence=evidence)
+        return self.publish(self._finding_verdict(finding, step, turn=turn, evidence=evidence))
 
     def _finding_verdict(
         self,
@@ -231,7 +367,9 @@ class Responder:
             self.stats.recoveries_succeeded += 1
         if not outcome.looping or deciding is None or self.ladder.silenced(LLM_PATTERN):
             return Verdict(**common)
-        label = "no progress (LLM judge): " + short(deciding.analysis or "-", 80)
+        # The label is quoted back to the agent in later recovery messages: only the
+        # judge's words that survive judge_opinion, never its raw text.
+        label = "no progress (LLM judge): " + judge_opinion(deciding.analysis, OPINION_CHARS // 2)
         # The judge names no mechanism; the strongest heuristic signal under it does, and
         # without one, no progress in spite of varied actions is what "cognitive" means.
         kind = found.findings[0].kind if found.findings else LoopKind.COGNITIVE
@@ -269,10 +407,12 @@ class Responder:
             pattern, label = target, None
         else:
             raise TypeError("override() takes a loop Verdict or its non-empty pattern string")
+        # A published verdict carries the redacted pattern; the ladder knows the real one.
+        pattern = self._patterns.get(pattern, pattern)
         record = self.ladder.override(pattern, reason, label=label)
         self.stats.overrides += 1
         log = logger.warning if record.disabled else logger.info
-        log("%s; reason: %s", record.message, reason)
+        log("%s; reason: %s", self.scrub(record.message), self.scrub(reason))
         return record
 
     def load_state(self, state: LadderState) -> None:
@@ -296,13 +436,10 @@ class Responder:
         except Exception as exc:
             # The callback is the user's code: its failure is reported on the verdict and
             # never reaches the agent. Cancellation is a BaseException and passes through.
-            logger.warning(
-                "on_loop callback failed: %s: %s", type(exc).__name__, exc, exc_info=True
-            )
+            problem = self.scrub(f"on_loop failed: {type(exc).__name__}: {exc}")
+            logger.warning("%s", problem, exc_info=True)
             self.stats.callback_errors += 1
-            return verdict.model_copy(
-                update={"errors": [*verdict.errors, f"on_loop failed: {type(exc).__name__}: {exc}"]}
-            )
+            return verdict.model_copy(update={"errors": [*verdict.errors, problem]})
         return self._apply(verdict, result)
 
     def _apply(self, verdict: Verdict, result: object) -> Verdict:
@@ -315,8 +452,10 @@ class Responder:
                 return verdict.model_copy(update={"action": Action(result)})
             except ValueError:
                 pass
-        problem = f"on_loop returned {result!r}, not an Action, a Verdict or None; ignored"
-        logger.warning(problem)
+        problem = self.scrub(
+            f"on_loop returned {result!r}, not an Action, a Verdict or None; ignored"
+        )
+        logger.warning("%s", problem)
         self.stats.callback_errors += 1
         return verdict.model_copy(update={"errors": [*verdict.errors, problem]})
 
