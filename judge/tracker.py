@@ -39,7 +39,6 @@ from judge.verdict import Verdict
 
 if TYPE_CHECKING:
     from judge.llm._litellm import LLMClient, Sleep
-    from judge.llm.redaction import Redactor
 
 logger = logging.getLogger("judge.tracker")
 
@@ -70,7 +69,9 @@ class LoopTracker:
         on_loop: LoopCallback | None = None,
         agent_model: str | None = None,
         telemetry: Telemetry | None = None,
+        name: str | None = None,
     ) -> None:
+        # name (a session id) names this tracker in the library's log lines.
         # agent_model picks the matching config.model_overrides blocks (ConfigError if bad).
         self.config = (config if config is not None else TrackerConfig()).for_model(agent_model)
         cfg = self.config
@@ -95,12 +96,6 @@ class LoopTracker:
                 prepare_deadline_s=cfg.timeout_s,
             )
         self._suite = DetectorSuite(cfg, detectors)
-        # Only what is sent to a judge is redacted: no judge, no rules compiled.
-        self._redactor: Redactor | None = None
-        if self._judge is not None and cfg.redact_secrets:
-            from judge.llm.redaction import Redactor
-
-            self._redactor = Redactor(extra_patterns=cfg.redact_patterns)
         self._stream = StreamMonitor()
         self._schedule = Schedule(
             check_after_turns=cfg.check_after_turns,
@@ -112,7 +107,9 @@ class LoopTracker:
             history_messages=cfg.history_messages, message_chars=cfg.max_message_chars
         )
         # Ladder, texts, overrides, memory, on_loop, stats, telemetry (judge/response/responder.py).
-        self._responder = Responder(cfg, on_loop=on_loop, telemetry=telemetry)
+        # It also owns the redactor (built on first use), the one every text leaving the
+        # tracker goes through: the judge's prompt, the verdicts and the logs.
+        self._responder = Responder(cfg, on_loop=on_loop, telemetry=telemetry, name=name)
         # fast_acquire: no event-loop round trip when uncontended (the usual case), which
         # otherwise costs more than the whole turn.
         self._lock = anyio.Lock(fast_acquire=True)
@@ -126,6 +123,11 @@ class LoopTracker:
         self._budget = JudgeBudget(max_calls=cfg.max_judge_calls, max_tokens=cfg.max_judge_tokens)
 
     # -- public state -----------------------------------------------------------------
+
+    @property
+    def name(self) -> str:
+        """The name given (a session id), else ``tracker-<n>``: how log lines call it."""
+        return self._responder.name
 
     @property
     def turn(self) -> int:
@@ -351,7 +353,7 @@ class LoopTracker:
             message_chars=cfg.max_message_chars,
             task_chars=cfg.max_task_chars,
             max_chars=cfg.max_prompt_chars,
-            scrub=self._redactor.redact if self._redactor is not None else lambda t: t,
+            scrub=self._responder.scrub,
         )
         calls_left = self._budget.calls_left()
         skip_confirm = (
