@@ -23,7 +23,7 @@ from typing import Any
 from judge.detectors.outcome import Outcome
 from judge.detectors.steps import Step
 from judge.errors import StateError
-from judge.history import Message, ToolCall
+from judge.history import SIGNATURE_CHARS, Message, ToolCall, bounded
 from judge.verdict import LoopKind
 
 # Finding is resolved lazily (judge.detectors.base imports this package's neighbours).
@@ -80,7 +80,7 @@ def _encode_call(call: ToolCall) -> dict[str, Any]:
         fields["arguments"] = call.arguments
     if call.parsed is not None:
         fields["json"] = True
-    if call.signature != f"{call.name}({call.canonical})":
+    if call.signature != f"{call.name}({bounded(call.canonical, SIGNATURE_CHARS)})":
         fields["signature"] = call.signature
     return {"$call": fields}
 
@@ -267,10 +267,10 @@ def expand(data: Any, table: list[Any]) -> Any:
         if not k.startswith(_NUL):
             return k
         if k.startswith(_KEY_REF):
-            try:
-                return lookup(int(k[len(_KEY_REF) :]))
-            except ValueError:
-                raise StateError(f"bad key reference {k!r}") from None
+            digits = k[len(_KEY_REF) :]
+            if not digits.isdigit():
+                raise StateError(f"bad key reference {k!r}")
+            return lookup(int(digits))
         return k[1:]
 
     root: list[Any] = [data]

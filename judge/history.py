@@ -19,6 +19,7 @@ Unicode).
 from __future__ import annotations
 
 import json
+from collections import deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from hashlib import blake2b
@@ -48,6 +49,12 @@ MAX_VALUE_CHARS = 2_048
 # value (json.dumps, detectors, the saved state) far below the interpreter's recursion
 # limit, whatever the caller's own stack depth (issue 12, defect 5: "[" * n + "]" * n).
 MAX_ARGUMENT_DEPTH = 100
+# A call's signature (its identity for the detectors, quoted in loop patterns) holds at
+# most this much of the canonical text, then a digest of all of it: 512 chars reads as the
+# call in a pattern, and an escalation ladder keyed by patterns stays small.
+SIGNATURE_CHARS = 512
+# The raw arguments are only shown, never compared by a detector: 1 KiB of head and tail.
+RAW_ARGUMENT_CHARS = 1_024
 # Hex digits of the digest in a clip marker: 96 bits, no collision among realistic inputs.
 _DIGEST_BYTES = 12
 
@@ -131,7 +138,10 @@ class ToolCall:
     """One call requested by the assistant.
 
     ``canonical`` is the identity used for repeat detection: parsed JSON with sorted keys
-    and no layout whitespace, so call ids and key order never matter.
+    and no layout whitespace, so call ids and key order never matter. ``arguments`` is the
+    text as sent, kept for display only (past RAW_ARGUMENT_CHARS its head and tail around a
+    digest); ``signature`` likewise holds a long canonical text as head, tail and digest,
+    so it is compared, quoted in patterns and saved at a bounded size.
     """
 
     id: str | None
@@ -143,7 +153,8 @@ class ToolCall:
 
     def __post_init__(self) -> None:
         if not self.signature:
-            object.__setattr__(self, "signature", f"{self.name}({self.canonical})")
+            text = bounded(self.canonical, SIGNATURE_CHARS)
+            object.__setattr__(self, "signature", f"{self.name}({text})")
 
 
 @dataclass(frozen=True, slots=True)
@@ -311,12 +322,12 @@ def _tool_call(raw: Any, index: int, position: int) -> ToolCall:
     if arguments is None:
         arguments = "{}"
     canonical, parsed = canonical_arguments(arguments)
-    raw_text = bounded(arguments, MAX_ARGUMENT_CHARS) if isinstance(arguments, str) else canonical
+    raw_text = arguments if isinstance(arguments, str) else canonical
     call_id = call.get("id")
     return ToolCall(
         id=_clean_text(str(call_id)) if call_id is not None else None,
         name=_clean_text(name),
-        arguments=_clean_text(raw_text),
+        arguments=bounded(_clean_text(raw_text), RAW_ARGUMENT_CHARS),
         canonical=canonical,
         parsed=parsed,
     )
@@ -497,20 +508,40 @@ def normalize_history(history: Any) -> list[Message]:
     return [msg for i, raw in enumerate(seq) for msg in normalize_entry(raw, i)]
 
 
+# Raw messages the cursor remembers from the end of what it read, to find its place again
+# in a history that lost its head: the last one read and the one before it must both be
+# there, in order. Two, not one: a single short message ("OK") recurs by chance; an agent
+# that keeps fewer than two of the messages we read has rewritten its history, not slid it.
+TAIL_MATCH = 2
+# A history that is neither the one read before, extended, nor its tail kept (rewritten in
+# the middle or at the end) is re-read from at most this many messages before its end, and
+# the place of the last message read is looked for among as many. Every detector's memory
+# is far shorter (the longest, result_cycle's, is 40 failed calls), so what is re-read
+# rebuilds it; a rewrite costs at most this many messages' reading, whatever the length.
+REREAD_MESSAGES = 1_000
+
+
 class HistoryCursor:
     """Remembers how much of the history was already seen, so each message is read once.
 
-    Agents append to their history, so normally only the tail is new. If the history was
-    rewritten (compacted, truncated, edited), `advance` reports a rewind and hands back the
-    whole history to be re-read.
+    Three shapes of history are told apart, each read in time linear in what is new:
+
+    - the history read before, extended (agents append): only the tail is read;
+    - its tail kept and its head dropped or replaced (a sliding window, a summarised
+      head): the last message read is found near the end and only what follows it is
+      read. Indices keep counting from the first history read, as if nothing was dropped
+      (``index`` minus the messages dropped is the position in the list passed in);
+    - anything else is a rewrite: `advance` reports it and hands back the last
+      REREAD_MESSAGES messages (at most) to be re-read, numbered by position.
+
+    An edit before the last message read (the same last message, something changed before
+    it) is not noticed: messages are read once.
     """
 
-    __slots__ = ("_last", "_last_raw", "_seen")
+    __slots__ = ("_last", "_offset", "_seen", "_tail")
 
     def __init__(self) -> None:
-        self._seen = 0
-        self._last: Message | None = None
-        self._last_raw: Any = None
+        self.reset()
 
     @property
     def seen(self) -> int:
@@ -518,26 +549,61 @@ class HistoryCursor:
 
     def reset(self) -> None:
         self._seen = 0
-        self._last = None
-        self._last_raw = None
+        self._offset = 0  # the index of the list's first message
+        self._last: Message | None = None
+        # (raw entry or None, its last normalized message) for the newest entries read
+        self._tail: deque[tuple[Any, Message]] = deque(maxlen=TAIL_MATCH)
 
     def snapshot(self) -> tuple[int, Message | None]:
         """(messages seen, the last one) for a saved tracker state."""
         return self._seen, self._last
 
     def restore(self, seen: int, last: Message | None) -> None:
-        # The raw object is not saved: the next call compares by content instead.
-        self._seen, self._last, self._last_raw = seen, last, None
+        # The raw objects are not saved: the next call compares by content instead.
+        self.reset()
+        self._seen, self._last = seen, last
+        if last is not None:
+            self._offset = last.index - (seen - 1)
+            self._tail.append((None, last))
 
-    def _unchanged(self, history: Sequence[Any]) -> bool:
-        if self._seen == 0:
-            return True
-        if len(history) < self._seen:
+    @staticmethod
+    def _matches(raw: Any, kept: tuple[Any, Message]) -> bool:
+        """Is ``raw`` the entry remembered in ``kept``, wherever it now stands?"""
+        kept_raw, kept_msg = kept
+        if kept_raw is not None:
+            if raw is kept_raw:
+                return True
+            if isinstance(raw, dict) and isinstance(kept_raw, dict):
+                return bool(raw == kept_raw)  # copies (a server's JSON) compare equal
+        try:  # normalized at the remembered index, so only the content is compared
+            return normalize_entry(raw, kept_msg.index)[-1:] == [kept_msg]
+        except HistoryError:
             return False
-        raw = history[self._seen - 1]
-        if raw is self._last_raw:
-            return True
-        return normalize_entry(raw, self._seen - 1)[-1:] == [self._last]
+
+    def _find_tail(self, seq: Sequence[Any]) -> int | None:
+        """The position of the last message read, when the messages read just before it
+        are still right before it; looked for from the end, among REREAD_MESSAGES."""
+        tail = list(self._tail)
+        lowest = max(len(seq) - REREAD_MESSAGES, len(tail) - 1)
+        for pos in range(len(seq) - 1, lowest - 1, -1):
+            if self._matches(seq[pos], tail[-1]) and all(
+                self._matches(seq[pos - j], tail[-1 - j]) for j in range(1, len(tail))
+            ):
+                return pos
+        return None
+
+    def _place(self, seq: Sequence[Any]) -> tuple[int, int, bool]:
+        """(position to read from, index of position 0, rewound)."""
+        if self._seen == 0 or not self._tail:
+            return 0, 0, False
+        last = self._seen - 1
+        if len(seq) > last and self._matches(seq[last], self._tail[-1]):
+            return self._seen, self._offset, False  # appended to (or unchanged)
+        assert self._last is not None
+        found = self._find_tail(seq)
+        if found is not None:  # a sliding window or a summarised head: the tail was kept
+            return found + 1, self._last.index - found, False
+        return max(len(seq) - REREAD_MESSAGES, 0), 0, True
 
     def advance(self, history: Any) -> tuple[list[Message], bool]:
         """Return (new messages, rewound) and mark them seen.
@@ -546,13 +612,23 @@ class HistoryCursor:
         leaves the cursor where it was.
         """
         seq = ensure_sequence(history)
-        rewound = not self._unchanged(seq)
-        start = 0 if rewound else self._seen
-        new = [msg for i in range(start, len(seq)) for msg in normalize_entry(seq[i], i)]
+        start, offset, rewound = self._place(seq)
+        new: list[Message] = []
+        kept: list[tuple[Any, Message]] = []
+        tail_from = len(seq) - TAIL_MATCH
+        for pos in range(start, len(seq)):
+            raw = seq[pos]
+            read = normalize_entry(raw, offset + pos)
+            new.extend(read)
+            if read and pos >= tail_from:
+                kept.append((raw, read[-1]))
         if new:
-            self._seen = len(seq)
-            self._last = new[-1]
-            self._last_raw = seq[-1]
+            if rewound:
+                self._tail.clear()
+            self._seen, self._offset, self._last = len(seq), offset, new[-1]
+            self._tail.extend(kept)
         elif rewound:
             self.reset()
+        else:  # the head was dropped, nothing added: the same messages, now elsewhere
+            self._seen, self._offset = len(seq), offset
         return new, rewound
