@@ -34,7 +34,7 @@ from judge.response.responder import LoopCallback, Responder
 from judge.response.stats import TrackerStats
 from judge.response.telemetry import Telemetry
 from judge.schedule import Schedule
-from judge.state import STATE_VERSION, TrackerState
+from judge.state import MAX_STATE_BYTES, STATE_VERSION, TrackerState
 from judge.verdict import Verdict
 
 if TYPE_CHECKING:
@@ -207,7 +207,7 @@ class LoopTracker:
             breaker=self._breaker.snapshot(),
             judge_calls_used=calls_used,
             judge_tokens_used=tokens_used,
-        )
+        ).with_max_bytes(self.config.max_state_bytes or MAX_STATE_BYTES)
 
     @classmethod
     def from_state(
