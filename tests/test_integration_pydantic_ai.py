@@ -212,7 +212,7 @@ async def test_loop_judge_trouble_never_crashes_the_agent(caplog: pytest.LogCapt
 
     assert result.output == "done"
     assert len(runs) == 3
-    assert store.asked == 4 + 3  # every model request and every preflight asked, and failed
+    assert store.asked == 4  # every model request asked (no loop on record: no preflight)
     assert "redis down" in caplog.text
 
 
@@ -275,3 +275,25 @@ def test_a_tool_return_outside_a_run_converts_too() -> None:
         {"role": "system", "content": "be brief"},
         {"role": "tool", "tool_call_id": "x1", "content": '{"usd":5.4}'},
     ]
+
+
+def test_incremental_conversion_matches_a_full_one() -> None:
+    """Only new messages are converted each turn, and the result is never stale: a part
+    added in place to the last message, a new message and a rewritten head all show."""
+    sessions = LoopJudge(config=TrackerConfig())._sessions
+    history: list[ModelMessage] = [
+        ModelRequest(parts=[UserPromptPart("convert 10 EUR")]),
+        ModelResponse(parts=[ToolCallPart(TOOL, {"amount": 10}, tool_call_id="c1")]),
+        ModelRequest(parts=[ToolReturnPart(TOOL, SAME_RESULT, tool_call_id="c1")]),
+    ]
+    assert sessions.history("s", history) == to_chat_messages(history)
+
+    last = history[-1]
+    assert isinstance(last, ModelRequest)
+    last.parts = [*last.parts, SystemPromptPart("note")]  # what an enqueue does in place
+    history.append(ModelResponse(parts=[TextPart("done")]))
+    assert sessions.history("s", history) == to_chat_messages(history)
+    assert {"role": "system", "content": "note"} in sessions.history("s", history)
+
+    rewritten = [ModelRequest(parts=[UserPromptPart("summary of the above")]), *history[2:]]
+    assert sessions.history("s", rewritten) == to_chat_messages(rewritten)

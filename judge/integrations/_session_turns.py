@@ -1,16 +1,20 @@
 """What every framework integration does with a turn, whatever the framework.
 
 Each integration converts its framework's messages to chat dicts and then needs the same
-three things: the tracker of the conversation it is in (one per session, from a
-`SessionStore`, so concurrent conversations of one agent never share a tracker), a verdict
-that never crashes the agent for our own trouble, and the rule that says which verdict
-actions are told to the model and which end the run. They live here, once.
+things: the tracker of the conversation it is in (one per session, from a `SessionStore`, so
+concurrent conversations of one agent never share a tracker), a verdict that never crashes
+the agent for our own trouble, the rule that says which verdict actions are told to the
+model and which end the run, and a conversion that costs only the new messages. They live
+here, once, in `Sessions`.
 """
 
 from __future__ import annotations
 
 import logging
-from typing import Any
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Generic, TypeVar
 
 from judge.config import TrackerConfig
 from judge.errors import LoopJudgeError
@@ -26,43 +30,110 @@ TELL_ACTIONS = frozenset({Action.WARN, Action.ASK_USER})
 STOP_ACTIONS = frozenset({Action.STOP})
 # The session used when the framework names no conversation: one tracker for the agent.
 DEFAULT_SESSION = "default"
+# Conversations whose converted history (and loop record) one integration keeps; older ones
+# are converted from scratch if they come back. A converted message is a few hundred bytes.
+MAX_CACHED_SESSIONS = 1_024
+
+SourceT = TypeVar("SourceT")
+Convert = Callable[[SourceT], list[dict[str, Any]]]
 
 
-def default_store(config: TrackerConfig | None, judge_client: LLMClient | None) -> SessionStore:
-    """Trackers in this process, one per session (LRU with an idle TTL, the sidecar's own)."""
-    return MemoryStore(config, judge_client=judge_client)
+@dataclass
+class _Converted(Generic[SourceT]):
+    """One session's framework messages and their chat dicts, message by message."""
+
+    sources: list[SourceT] = field(default_factory=list)
+    chunks: list[list[dict[str, Any]]] = field(default_factory=list)
+    looped: bool = False  # a loop verdict was given in this session
 
 
-async def judge_turn(
-    store: SessionStore, session: str, history: list[dict[str, Any]], logger: logging.Logger
-) -> Verdict | None:
-    """One ``turn_started`` of ``session``'s tracker, or None when loop-judge itself failed.
+class Sessions(Generic[SourceT]):
+    """The trackers of one integration's conversations, and the glue around each turn.
 
-    A history we could not read (our converter's bug, not the agent's) or a store that is
-    busy or down is logged and skipped: the agent goes on unjudged for this turn rather
-    than crash because of its loop detector. Judge failures never get here (the tracker
-    records them on the verdict); cancellation propagates.
+    Conversion is incremental: a framework hands over its whole history every call, but
+    the messages before the last one it handed over last time are the same objects (the
+    histories are append-only), so their chat dicts are reused and only the rest is
+    converted. The last one is always converted again, as frameworks may still add parts
+    to it in place.
     """
-    try:
-        async with store.session(session) as tracker:
-            verdict = await tracker.turn_started(history)
-    except LoopJudgeError as exc:
-        logger.warning("loop-judge skipped a turn of session %s: %s", session, exc)
-        return None
-    return verdict
 
+    def __init__(self, store: SessionStore, convert: Convert[SourceT], logger: logging.Logger):
+        self.store = store
+        self._convert = convert
+        self._logger = logger
+        self._cache: OrderedDict[str, _Converted[SourceT]] = OrderedDict()
 
-async def preflight(
-    store: SessionStore, session: str, name: str, arguments: Any, logger: logging.Logger
-) -> Verdict | None:
-    """``check_call`` on ``session``'s tracker before a tool runs; None on our own trouble.
+    @classmethod
+    def build(
+        cls,
+        convert: Convert[SourceT],
+        logger: logging.Logger,
+        *,
+        store: SessionStore | None,
+        config: TrackerConfig | None,
+        judge_client: LLMClient | None,
+    ) -> Sessions[SourceT]:
+        """With ``store``, or by default trackers in this process (the sidecar's LRU)."""
+        if store is None:
+            store = MemoryStore(config, judge_client=judge_client)
+        return cls(store, convert, logger)
 
-    Read-only: it counts no turn and takes no lock, so it costs one dict lookup and the
-    detectors' preview.
-    """
-    try:
-        async with store.session(session, readonly=True) as tracker:
-            return tracker.check_call(name, arguments)
-    except LoopJudgeError as exc:
-        logger.warning("loop-judge skipped a preflight check in session %s: %s", session, exc)
-        return None
+    def _entry(self, session: str) -> _Converted[SourceT]:
+        entry = self._cache.get(session)
+        if entry is None:
+            entry = self._cache[session] = _Converted()
+            while len(self._cache) > MAX_CACHED_SESSIONS:
+                self._cache.popitem(last=False)
+        else:
+            self._cache.move_to_end(session)
+        return entry
+
+    def history(self, session: str, messages: Sequence[SourceT]) -> list[dict[str, Any]]:
+        """``messages`` as chat dicts, converting only what this session has not seen."""
+        entry = self._entry(session)
+        reusable = min(len(entry.sources) - 1, len(messages))
+        same = 0
+        while same < reusable and messages[same] is entry.sources[same]:
+            same += 1
+        del entry.sources[same:], entry.chunks[same:]
+        for message in messages[same:]:
+            entry.sources.append(message)
+            entry.chunks.append(self._convert(message))
+        return [d for chunk in entry.chunks for d in chunk]
+
+    async def turn(self, session: str, messages: Sequence[SourceT]) -> Verdict | None:
+        """One ``turn_started`` of ``session``'s tracker, or None when loop-judge itself failed.
+
+        A history we could not read (our converter's bug, not the agent's) or a store that
+        is busy or down is logged and skipped: the agent goes on unjudged for this turn
+        rather than crash because of its loop detector. Judge failures never get here (the
+        tracker records them on the verdict); cancellation propagates.
+        """
+        history = self.history(session, messages)
+        try:
+            async with self.store.session(session) as tracker:
+                verdict = await tracker.turn_started(history)
+        except LoopJudgeError as exc:
+            self._logger.warning("loop-judge skipped a turn of session %s: %s", session, exc)
+            return None
+        if verdict:
+            self._entry(session).looped = True
+        return verdict
+
+    async def preflight(self, session: str, name: str, arguments: Any) -> Verdict | None:
+        """``check_call`` before a tool runs, in a session already told about a loop.
+
+        The preflight exists to stop the relapse that would end the run before its side
+        effect happens, and under the default ladder a stop only ever follows warnings; so
+        a session with no loop on record skips it (and the store) entirely. Read-only: it
+        counts no turn and takes no lock. None when clean or on our own trouble.
+        """
+        entry = self._cache.get(session)
+        if entry is None or not entry.looped:
+            return None
+        try:
+            async with self.store.session(session, readonly=True) as tracker:
+                return tracker.check_call(name, arguments)
+        except LoopJudgeError as exc:
+            self._logger.warning("loop-judge skipped a preflight in session %s: %s", session, exc)
+            return None

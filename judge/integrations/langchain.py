@@ -70,13 +70,7 @@ from typing_extensions import NotRequired
 from judge.config import TrackerConfig
 from judge.errors import LoopDetected
 from judge.history import ROLES
-from judge.integrations._session_turns import (
-    STOP_ACTIONS,
-    TELL_ACTIONS,
-    default_store,
-    judge_turn,
-    preflight,
-)
+from judge.integrations._session_turns import STOP_ACTIONS, TELL_ACTIONS, Sessions
 from judge.llm._litellm import LLMClient
 from judge.service.store import SessionStore
 from judge.verdict import Verdict
@@ -149,6 +143,23 @@ def _tool_result(message: ToolMessage) -> dict[str, Any]:
     return {"role": "tool", "tool_call_id": message.tool_call_id, "content": text}
 
 
+def _chat(message: BaseMessage) -> list[dict[str, Any]]:
+    if isinstance(message, AIMessage):
+        return [_assistant(message)]
+    if isinstance(message, ToolMessage):
+        return [_tool_result(message)]
+    if isinstance(message, HumanMessage):
+        return [{"role": "user", "content": str(message.text)}]
+    if isinstance(message, SystemMessage):
+        return [{"role": "system", "content": str(message.text)}]
+    if isinstance(message, FunctionMessage):
+        return [{"role": "function", "name": message.name, "content": str(message.text)}]
+    if isinstance(message, ChatMessage):
+        role = message.role if message.role in ROLES else "user"
+        return [{"role": role, "content": str(message.text)}]
+    return []
+
+
 def to_chat_messages(messages: Sequence[BaseMessage]) -> list[dict[str, Any]]:
     """LangChain messages as the chat dicts `LoopTracker.turn_started` reads.
 
@@ -157,22 +168,7 @@ def to_chat_messages(messages: Sequence[BaseMessage]) -> list[dict[str, Any]]:
     ``HumanMessage`` -> user, ``SystemMessage`` -> system, ``ChatMessage`` by its role, the
     legacy ``FunctionMessage`` -> function. Other message types carry no conversation.
     """
-    out: list[dict[str, Any]] = []
-    for message in messages:
-        if isinstance(message, AIMessage):
-            out.append(_assistant(message))
-        elif isinstance(message, ToolMessage):
-            out.append(_tool_result(message))
-        elif isinstance(message, HumanMessage):
-            out.append({"role": "user", "content": str(message.text)})
-        elif isinstance(message, SystemMessage):
-            out.append({"role": "system", "content": str(message.text)})
-        elif isinstance(message, FunctionMessage):
-            out.append({"role": "function", "name": message.name, "content": str(message.text)})
-        elif isinstance(message, ChatMessage):
-            role = message.role if message.role in ROLES else "user"
-            out.append({"role": role, "content": str(message.text)})
-    return out
+    return [d for message in messages for d in _chat(message)]
 
 
 # -- the sync hooks' event loop -------------------------------------------------------------
@@ -257,9 +253,10 @@ class LoopJudgeMiddleware(AgentMiddleware[LoopJudgeState, Any, Any]):
         super().__init__()
         if exit_behavior not in _EXIT_BEHAVIORS:
             raise ValueError(f"exit_behavior must be 'end' or 'error', got {exit_behavior!r}")
-        self.store: SessionStore = (
-            store if store is not None else default_store(config, judge_client)
+        self._sessions = Sessions.build(
+            _chat, logger, store=store, config=config, judge_client=judge_client
         )
+        self.store: SessionStore = self._sessions.store
         self.exit_behavior: ExitBehavior = exit_behavior
         self._portal = _Portal()
         weakref.finalize(self, self._portal.close)
@@ -272,7 +269,7 @@ class LoopJudgeMiddleware(AgentMiddleware[LoopJudgeState, Any, Any]):
         if not session:
             session = uuid.uuid4().hex
             update[SESSION_KEY] = session
-        verdict = await judge_turn(self.store, session, to_chat_messages(state["messages"]), logger)
+        verdict = await self._sessions.turn(session, state["messages"])
         if verdict and verdict.action in STOP_ACTIONS:
             logger.warning("loop-judge stopped session %s: %s", session, verdict.summary)
             if self.exit_behavior == "error":
@@ -305,7 +302,7 @@ class LoopJudgeMiddleware(AgentMiddleware[LoopJudgeState, Any, Any]):
         if self.exit_behavior != "error" or not session:
             return
         call = request.tool_call
-        verdict = await preflight(self.store, session, call["name"], call["args"], logger)
+        verdict = await self._sessions.preflight(session, call["name"], call["args"])
         if verdict and verdict.action in STOP_ACTIONS:
             logger.warning(
                 "loop-judge stopped session %s before a call: %s", session, verdict.summary

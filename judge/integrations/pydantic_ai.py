@@ -60,9 +60,7 @@ from judge.integrations._session_turns import (
     DEFAULT_SESSION,
     STOP_ACTIONS,
     TELL_ACTIONS,
-    default_store,
-    judge_turn,
-    preflight,
+    Sessions,
 )
 from judge.llm._litellm import LLMClient
 from judge.service.store import SessionStore
@@ -177,6 +175,15 @@ def _response(message: ModelResponse, out: list[dict[str, Any]]) -> None:
     out.extend(results)
 
 
+def _chat(message: ModelMessage) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    if isinstance(message, ModelResponse):
+        _response(message, out)
+    else:
+        _request(message, out)
+    return out
+
+
 def to_chat_messages(messages: Sequence[ModelMessage]) -> list[dict[str, Any]]:
     """pydantic-ai's history as the chat dicts `LoopTracker.turn_started` reads.
 
@@ -186,13 +193,7 @@ def to_chat_messages(messages: Sequence[ModelMessage]) -> list[dict[str, Any]]:
     stay system, user prompts user, and the framework's retry feedback is marked as an
     observation so it never counts as the user's new prompt.
     """
-    out: list[dict[str, Any]] = []
-    for message in messages:
-        if isinstance(message, ModelResponse):
-            _response(message, out)
-        else:
-            _request(message, out)
-    return out
+    return [d for message in messages for d in _chat(message)]
 
 
 # -- the capability ----------------------------------------------------------------------
@@ -230,15 +231,13 @@ class LoopJudge(AbstractCapability[Any]):
     judge_client: LLMClient | None = field(default=None, repr=False)
     store: SessionStore | None = field(default=None, repr=False)
     preflight: bool = True
+    _sessions: Sessions[ModelMessage] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        if self.store is None:
-            self.store = default_store(self.config, self.judge_client)
-
-    @property
-    def _store(self) -> SessionStore:
-        assert self.store is not None  # set in __post_init__
-        return self.store
+        self._sessions = Sessions.build(
+            _chat, logger, store=self.store, config=self.config, judge_client=self.judge_client
+        )
+        self.store = self._sessions.store
 
     @classmethod
     def get_serialization_name(cls) -> str | None:
@@ -249,7 +248,7 @@ class LoopJudge(AbstractCapability[Any]):
     ) -> ModelRequestContext:
         """Judge the history before each model request; tell the model, or stop the run."""
         session = _session(ctx)
-        verdict = await judge_turn(self._store, session, to_chat_messages(ctx.messages), logger)
+        verdict = await self._sessions.turn(session, ctx.messages)
         if verdict is None or not verdict:
             return request_context
         if verdict.action in STOP_ACTIONS:
@@ -273,7 +272,7 @@ class LoopJudge(AbstractCapability[Any]):
             return args
         session = _session(ctx)
         arguments = call.args if call.args is not None else {}
-        verdict = await preflight(self._store, session, call.tool_name, arguments, logger)
+        verdict = await self._sessions.preflight(session, call.tool_name, arguments)
         if verdict and verdict.action in STOP_ACTIONS:
             logger.warning(
                 "loop-judge stopped session %s before a call: %s", session, verdict.summary
