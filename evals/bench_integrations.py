@@ -1,0 +1,445 @@
+"""What does each framework integration add to every model call of an agent?
+
+An integration runs the tracker before each model call, after converting the framework's
+own messages, so its cost lands on every step of every agent run. For each framework this
+script runs the same productive agent (distinct tool calls, distinct results: nothing to
+flag, so what is timed is the steady state, not escalation) on the framework's own fake
+model twice, bare and with loop-judge, alternating the two in one process so machine load
+hits both alike, and prints per model call: the bare run's cost, the judged run's cost,
+the difference, and their ratio. Heuristics only; no network.
+
+Run from the repository root:  .venv/bin/python evals/bench_integrations.py
+
+Adding a framework: write ``bench_<name>(turns) -> Pair`` that returns two zero-argument
+coroutine functions (one agent run each: bare, judged) and the model calls one run makes,
+then list it in `BENCHES`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import gc
+import json
+import statistics
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+import anyio
+
+from judge import TrackerConfig
+
+# Tool calls per agent run (each a model call; one more model call gives the answer):
+# a short task, and a long one whose history the integration converts on every call.
+TURNS = (10, 50)
+# Bare and judged runs per measurement, alternated; the median run is reported, which
+# shrugs off one run disturbed by the garbage collector or another process.
+ROUNDS = 15
+# Runs of each variant before timing: imports, caches, the first tracker's set-up.
+WARMUP = 2
+# Distinct tools cycled through, so no detector calls the work a loop.
+TOOLS = ("read_file", "grep", "list_dir", "run_tests")
+PROMPT = "Refactor every module in src/ to use the new API."
+
+Run = Callable[[], Awaitable[object]]
+
+
+@dataclass(frozen=True)
+class Pair:
+    """One framework's agent run, bare and with loop-judge, and its model calls per run.
+
+    ``hooked`` (optional) is the run with the same extension points loop-judge uses, doing
+    nothing: the difference to ``bare`` is the framework's own price for a hook, the rest
+    of ``judged`` is ours (conversion, tracker, store).
+    """
+
+    bare: Run
+    judged: Run
+    model_calls: int
+    hooked: Run | None = None
+
+
+@dataclass(frozen=True)
+class Row:
+    framework: str
+    turns: int
+    bare_us: float
+    judged_us: float
+    hooked_us: float | None = None
+
+    @property
+    def overhead_us(self) -> float:
+        return self.judged_us - self.bare_us
+
+    @property
+    def ours_us(self) -> float | None:
+        """What loop-judge itself adds, beyond the framework's price for a no-op hook."""
+        return None if self.hooked_us is None else self.judged_us - self.hooked_us
+
+    @property
+    def ratio(self) -> float:
+        return self.judged_us / self.bare_us
+
+
+def _config() -> TrackerConfig:
+    return TrackerConfig(fast_model=None, confirm_model=None)
+
+
+def _args(step: int) -> dict[str, Any]:
+    return {"path": f"src/pkg{step % 97}/mod_{step}.py"}
+
+
+def _output(tool: str, path: str) -> str:
+    return f"{tool} {path}: def f(x): return x * {len(path)}"
+
+
+# -- frameworks ----------------------------------------------------------------------
+
+
+def bench_pydantic_ai(turns: int) -> Pair:
+    """`judge.integrations.pydantic_ai.LoopJudge` on pydantic-ai's `FunctionModel`."""
+    from pydantic_ai import Agent
+    from pydantic_ai.capabilities import AbstractCapability
+    from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCallPart
+    from pydantic_ai.models.function import AgentInfo, FunctionModel
+    from pydantic_ai.usage import UsageLimits
+
+    from judge.integrations.pydantic_ai import LoopJudge
+
+    class NoOp(AbstractCapability[Any]):
+        """The hooks LoopJudge uses, doing nothing."""
+
+        async def before_model_request(self, ctx: Any, request_context: Any) -> Any:
+            return request_context
+
+        async def before_tool_execute(
+            self, ctx: Any, *, call: Any, tool_def: Any, args: Any
+        ) -> Any:
+            return args
+
+    def model(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        step = sum(isinstance(m, ModelResponse) for m in messages)
+        if step >= turns:
+            return ModelResponse(parts=[TextPart("all modules refactored")])
+        tool = TOOLS[step % len(TOOLS)]
+        return ModelResponse(parts=[ToolCallPart(tool, _args(step))])
+
+    def agent(capabilities: list[Any]) -> Agent[None, str]:
+        built: Agent[None, str] = Agent(FunctionModel(model), capabilities=capabilities)
+        for tool in TOOLS:
+            built.tool_plain(name=tool)(_pydantic_tool(tool))
+        return built
+
+    bare, judged = agent([]), agent([LoopJudge(config=_config())])
+    hooked = agent([NoOp()])
+    limits = UsageLimits(request_limit=turns + 1)  # the default (50) is below the long run
+    return Pair(
+        lambda: bare.run(PROMPT, usage_limits=limits),
+        lambda: judged.run(PROMPT, usage_limits=limits),
+        turns + 1,
+        lambda: hooked.run(PROMPT, usage_limits=limits),
+    )
+
+
+def _pydantic_tool(tool: str) -> Callable[[str], str]:
+    def run(path: str) -> str:
+        return _output(tool, path)
+
+    return run
+
+
+def bench_langchain(turns: int) -> Pair:
+    """`judge.integrations.langchain.LoopJudgeMiddleware` on `create_agent` with a fake model."""
+    from langchain.agents import create_agent
+    from langchain.agents.middleware import AgentMiddleware, hook_config
+    from langchain_core.language_models.fake_chat_models import FakeMessagesListChatModel
+    from langchain_core.messages import AIMessage, BaseMessage
+    from langchain_core.outputs import ChatGeneration, ChatResult
+    from langchain_core.tools import StructuredTool
+
+    from judge.integrations.langchain import LoopJudgeMiddleware
+
+    class NoOp(AgentMiddleware[Any, Any, Any]):
+        """The hooks LoopJudgeMiddleware uses, doing nothing."""
+
+        @hook_config(can_jump_to=["end"])
+        async def abefore_model(self, state: Any, runtime: Any) -> dict[str, Any] | None:
+            return None
+
+        async def awrap_tool_call(self, request: Any, handler: Any) -> Any:
+            return await handler(request)
+
+    class ScriptedFake(FakeMessagesListChatModel):
+        """LangChain's fake, able to bind tools, calling a new tool on each step."""
+
+        def bind_tools(self, tools: Any, **kwargs: Any) -> ScriptedFake:
+            return self
+
+        def _generate(
+            self, messages: list[BaseMessage], stop: Any = None, run_manager: Any = None, **kw: Any
+        ) -> ChatResult:
+            step = sum(isinstance(m, AIMessage) for m in messages)
+            if step >= turns:
+                reply = AIMessage(content="all modules refactored")
+            else:
+                call = {"name": TOOLS[step % len(TOOLS)], "args": _args(step), "id": f"c{step}"}
+                reply = AIMessage(content="", tool_calls=[call])
+            return ChatResult(generations=[ChatGeneration(message=reply)])
+
+    tools = [
+        StructuredTool.from_function(_pydantic_tool(tool), name=tool, description=f"{tool} a path")
+        for tool in TOOLS
+    ]
+    model = ScriptedFake(responses=[AIMessage("unused")])
+    bare = create_agent(model, tools=tools)
+    judged = create_agent(model, tools=tools, middleware=[LoopJudgeMiddleware(_config())])
+    hooked = create_agent(model, tools=tools, middleware=[NoOp()])
+    prompt = {"messages": [{"role": "user", "content": PROMPT}]}
+    limit = {"recursion_limit": 4 * turns + 10}
+    return Pair(
+        lambda: bare.ainvoke(prompt, limit),
+        lambda: judged.ainvoke(prompt, limit),
+        turns + 1,
+        lambda: hooked.ainvoke(prompt, limit),
+    )
+
+
+def bench_openai_agents(turns: int) -> Pair:
+    """`judge.integrations.openai_agents.LoopJudge` (input filter and tool guardrail) on an
+    Agents SDK `Model` that answers from a script, so no HTTP is timed."""
+    from agents import Agent, ModelResponse, RunConfig, Runner, Usage, function_tool
+    from agents.models.interface import Model
+    from agents.tool_guardrails import ToolGuardrailFunctionOutput, ToolInputGuardrail
+    from openai.types.responses import (
+        ResponseFunctionToolCall,
+        ResponseOutputMessage,
+        ResponseOutputText,
+    )
+
+    from judge.integrations.openai_agents import LoopJudge
+
+    class Scripted(Model):
+        async def get_response(
+            self, system_instructions: Any, input: Any, *a: Any, **k: Any
+        ) -> Any:
+            step = sum(1 for i in input if isinstance(i, dict) and i.get("type") == "function_call")
+            if step >= turns:
+                text = ResponseOutputText(
+                    type="output_text", text="all modules refactored", annotations=[]
+                )
+                done = ResponseOutputMessage(
+                    id="m", type="message", role="assistant", status="completed", content=[text]
+                )
+                return ModelResponse(output=[done], usage=Usage(), response_id=None)
+            call = ResponseFunctionToolCall(
+                type="function_call",
+                call_id=f"c{step}",
+                name=TOOLS[step % len(TOOLS)],
+                arguments=json.dumps(_args(step)),
+            )
+            return ModelResponse(output=[call], usage=Usage(), response_id=None)
+
+        def stream_response(self, *a: Any, **k: Any) -> Any:
+            raise NotImplementedError("the benchmark does not stream")
+
+    tools = [function_tool(_pydantic_tool(tool), name_override=tool) for tool in TOOLS]
+    agent: Agent[Any] = Agent(name="refactor", model=Scripted(), tools=list(tools))
+    judge = LoopJudge(config=_config())
+    guarded = judge.guard(agent)
+    plain_config = RunConfig(tracing_disabled=True)
+    judged_config = judge.run_config(tracing_disabled=True)
+
+    # The same extension points doing nothing: an input filter and a tool input guardrail.
+    def allow(data: Any) -> Any:
+        return ToolGuardrailFunctionOutput.allow()
+
+    noop = ToolInputGuardrail(guardrail_function=allow, name="noop")
+    hooked_tools = [copy.copy(t) for t in tools]
+    for t in hooked_tools:
+        t.tool_input_guardrails = [noop]
+    hooked = agent.clone(tools=list(hooked_tools))
+    hooked_config = RunConfig(
+        tracing_disabled=True, call_model_input_filter=lambda data: data.model_data
+    )
+    return Pair(
+        lambda: Runner.run(agent, PROMPT, run_config=plain_config, max_turns=turns + 2),
+        lambda: Runner.run(guarded, PROMPT, run_config=judged_config, max_turns=turns + 2),
+        turns + 1,
+        lambda: Runner.run(hooked, PROMPT, run_config=hooked_config, max_turns=turns + 2),
+    )
+
+
+def bench_smolagents(turns: int) -> Pair:
+    """`judge.integrations.smolagents.LoopJudgeCallback` (a step callback on the sync
+    tracker) on a `ToolCallingAgent` with a scripted smolagents `Model`. The agent is
+    synchronous, so each run goes to a thread with no event loop, as in a script (bare and
+    judged alike): the sync tracker then runs its turns in that thread, with no hand-off."""
+    from smolagents import Model, ToolCallingAgent, tool
+    from smolagents.models import (
+        ChatMessage,
+        ChatMessageToolCall,
+        ChatMessageToolCallFunction,
+        MessageRole,
+    )
+
+    from judge.integrations.smolagents import LoopJudgeCallback
+
+    class Scripted(Model):  # type: ignore[misc]
+        def generate(self, messages: list[Any], *a: Any, **k: Any) -> ChatMessage:
+            step = sum(1 for m in messages if m.role == MessageRole.TOOL_CALL)
+            name, arguments = (
+                ("final_answer", {"answer": "all modules refactored"})
+                if step >= turns
+                else (TOOLS[step % len(TOOLS)], _args(step))
+            )
+            function = ChatMessageToolCallFunction(name=name, arguments=arguments)
+            call = ChatMessageToolCall(id=f"c{step}", type="function", function=function)
+            return ChatMessage(role=MessageRole.ASSISTANT, content=None, tool_calls=[call])
+
+    @tool
+    def read_file(path: str) -> str:
+        """Read a file.
+
+        Args:
+            path: the file.
+        """
+        return _output("read_file", path)
+
+    @tool
+    def grep(path: str) -> str:
+        """Search a file.
+
+        Args:
+            path: the file.
+        """
+        return _output("grep", path)
+
+    @tool
+    def list_dir(path: str) -> str:
+        """List a directory.
+
+        Args:
+            path: the directory.
+        """
+        return _output("list_dir", path)
+
+    @tool
+    def run_tests(path: str) -> str:
+        """Run the tests of a path.
+
+        Args:
+            path: the path.
+        """
+        return _output("run_tests", path)
+
+    def agent(callbacks: list[Any]) -> Any:
+        return ToolCallingAgent(
+            tools=[read_file, grep, list_dir, run_tests],
+            model=Scripted(model_id="scripted"),
+            step_callbacks=callbacks,
+            max_steps=turns + 2,
+            verbosity_level=-1,
+        )
+
+    def noop(step: Any, agent: Any) -> None:
+        """A step callback doing nothing: the framework's own price for one."""
+
+    bare, judged = agent([]), agent([LoopJudgeCallback(config=_config())])
+    hooked = agent([noop])
+
+    def run(which: Any) -> Run:
+        async def in_a_thread() -> object:
+            return await anyio.to_thread.run_sync(which.run, PROMPT)
+
+        return in_a_thread
+
+    return Pair(run(bare), run(judged), turns + 1, run(hooked))
+
+
+# Each framework's benchmark; one that is not installed is reported and skipped.
+BENCHES: dict[str, Callable[[int], Pair]] = {
+    "pydantic-ai": bench_pydantic_ai,
+    "langchain": bench_langchain,
+    "openai-agents": bench_openai_agents,
+    "smolagents": bench_smolagents,
+}
+
+
+# -- measuring -------------------------------------------------------------------------
+
+
+async def _timed(run: Run) -> float:
+    started = time.perf_counter_ns()
+    await run()
+    return (time.perf_counter_ns() - started) / 1_000
+
+
+async def measure(framework: str, turns: int, rounds: int) -> Row:
+    pair = BENCHES[framework](turns)
+    runs = [pair.bare, pair.judged] + ([pair.hooked] if pair.hooked is not None else [])
+    for _ in range(WARMUP):
+        for run in runs:
+            await run()
+    times: list[list[float]] = [[] for _ in runs]
+    for i in range(rounds):
+        gc.collect()
+        # Rotate which goes first, so none always runs on a warmer cache.
+        for k in range(len(runs)):
+            j = (i + k) % len(runs)
+            times[j].append(await _timed(runs[j]))
+    per_call = [statistics.median(t) / pair.model_calls for t in times]
+    hooked = per_call[2] if len(per_call) > 2 else None
+    return Row(framework, turns, per_call[0], per_call[1], hooked)
+
+
+async def main(frameworks: list[str], turns: tuple[int, ...], rounds: int, as_json: bool) -> None:
+    rows: list[Row] = []
+    for framework in frameworks:
+        for n in turns:
+            try:
+                rows.append(await measure(framework, n, rounds))
+            except ImportError as exc:
+                print(f"{framework}: not installed ({exc.name})")
+                break
+            except Exception as exc:  # one framework's broken bench must not hide the others
+                print(f"{framework}: failed ({type(exc).__name__}: {exc})")
+                break
+    if as_json:
+        print(
+            json.dumps(
+                [
+                    {
+                        **r.__dict__,
+                        "overhead_us": r.overhead_us,
+                        "ours_us": r.ours_us,
+                        "ratio": r.ratio,
+                    }
+                    for r in rows
+                ]
+            )
+        )
+        return
+    print("per model call, median of", rounds, "runs each, heuristics only")
+    print("  +us: judged - bare; ours: judged - the same hooks doing nothing (where measured)")
+    print(
+        f"{'framework':<14}{'calls/run':>10}{'bare us':>10}{'judged us':>11}{'+us':>8}"
+        f"{'ours us':>9}{'ratio':>7}"
+    )
+    for r in rows:
+        ours = "-" if r.ours_us is None else f"{r.ours_us:.0f}"
+        print(
+            f"{r.framework:<14}{r.turns + 1:>10}{r.bare_us:>10.0f}{r.judged_us:>11.0f}"
+            f"{r.overhead_us:>8.0f}{ours:>9}{r.ratio:>7.2f}"
+        )
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--framework", action="append", choices=sorted(BENCHES))
+    parser.add_argument("--turns", type=int, action="append", help=f"default {TURNS}")
+    parser.add_argument("--rounds", type=int, default=ROUNDS)
+    parser.add_argument("--json", action="store_true")
+    ns = parser.parse_args()
+    anyio.run(main, ns.framework or list(BENCHES), tuple(ns.turns or TURNS), ns.rounds, ns.json)
