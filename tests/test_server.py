@@ -290,3 +290,22 @@ def test_import_judge_stays_light() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
     ).stdout.strip()
     assert out == ""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        ([], "--insecure-no-token"),
+        (["--insecure-no-token", "--host", "0.0.0.0"], "loopback binds only"),
+    ],
+)
+def test_cli_refuses_to_serve_without_a_token(args: list[str], message: str) -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "judge.cli", "serve", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={"PATH": "/usr/bin:/bin"},
+    )
+    assert proc.returncode == 2 and message in proc.stderr

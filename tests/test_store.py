@@ -7,6 +7,10 @@ is not installed.
 from __future__ import annotations
 
 import asyncio
+import os
+import subprocess
+import sys
+import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
@@ -16,6 +20,7 @@ import httpx
 import pytest
 
 from judge import LoopTracker, TrackerConfig, Verdict
+from judge.service.settings import DEFAULT_LOCK_LEASE_S
 from judge.service.state import dump_tracker, load_tracker
 from judge.service.store import (
     MemoryStore,
@@ -35,6 +40,9 @@ from tests.serving import (
 
 pytestmark = pytest.mark.anyio
 N_TURNS = 12
+REPO_ROOT = Path(__file__).resolve().parent.parent
+# A waiting replica polls the lock every 20 ms; 2 s covers a loaded CI machine.
+KILL_SLACK_S = 2.0
 
 
 async def library_verdicts(history: list[dict[str, Any]], n: int) -> list[Verdict]:
@@ -336,3 +344,41 @@ async def test_redis_down_is_store_unavailable_and_503() -> None:
             assert (await client.get("/metrics")).status_code == 200
     finally:
         await store.aclose()
+
+
+async def test_a_killed_replica_frees_its_session_within_one_lease(
+    redis_url: str, prefix: str
+) -> None:
+    """A replica SIGKILLed mid-turn cannot release its lock; the lease (5 s by default,
+    once 30 s) is how long the session stays blocked."""
+    code = (
+        "import asyncio\n"
+        "from judge import TrackerConfig\n"
+        "from judge.service.store import RedisStore\n"
+        "async def main():\n"
+        f"    store = RedisStore(TrackerConfig(), url={redis_url!r}, key_prefix={prefix!r})\n"
+        "    async with store.session('s'):\n"
+        "        print('locked', flush=True)\n"
+        "        await asyncio.sleep(3600)\n"
+        "asyncio.run(main())\n"
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LOOP_JUDGE_")}
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code], stdout=subprocess.PIPE, env=env, cwd=REPO_ROOT
+    )
+    try:
+        assert proc.stdout is not None
+        assert (await anyio.to_thread.run_sync(proc.stdout.readline)).strip() == b"locked"
+    finally:
+        proc.kill()
+        proc.wait()
+    killed = time.monotonic()
+    survivor = replica(redis_url, prefix)
+    try:
+        async with survivor.session("s") as tracker:
+            waited = time.monotonic() - killed
+            await tracker.turn_started(failing_repeat_history(1))
+    finally:
+        await survivor.aclose()
+    assert DEFAULT_LOCK_LEASE_S <= 5.0
+    assert 1.0 < waited < DEFAULT_LOCK_LEASE_S + KILL_SLACK_S

@@ -1,0 +1,162 @@
+"""CPU-bound turns run off the event loop, under a CPU budget.
+
+A huge history on one session must not stall ``/healthz`` or other sessions (it once
+held the loop for 17.9 s), and a turn past ``turn_cpu_budget_s`` is stopped and answered
+413 on that session only.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from typing import Any
+
+import anyio
+import httpx
+import pytest
+
+pytest.importorskip("fastapi", reason="the serve extra is not installed")
+
+from judge import TrackerConfig
+from judge.service.app import create_app
+from judge.service.settings import ServerSettings
+from judge.service.store import MemoryStore
+from judge.service.worker import TurnOverBudget, TurnRunner
+from tests.serving import failing_repeat_history
+
+pytestmark = pytest.mark.anyio
+TOKEN = "budget-token-0123456789abcdef"
+# The huge history: 1,000 messages, ~6 MB of JSON, ~1.5 s of detector CPU on one core of
+# a shared 2-core machine (and well over HEALTH_BOUND_S anywhere).
+HUGE_PAIRS = 500
+HUGE_CHARS = 4000
+# /healthz must answer within this while the huge turn runs. Parsing the 6 MB body stays on
+# the loop (~0.1-0.3 s, bounded by the body cap); the detectors do not.
+HEALTH_BOUND_S = 0.75
+HEALTH_POLL_S = 0.01
+
+
+def huge_history() -> list[dict[str, Any]]:
+    history: list[dict[str, Any]] = [
+        {"role": "system", "content": "You are an agent."},
+        {"role": "user", "content": "Summarize the logs."},
+    ]
+    for i in range(HUGE_PAIRS):
+        call = {
+            "id": f"c{i}",
+            "type": "function",
+            "function": {"name": "read_log", "arguments": json.dumps({"part": i})},
+        }
+        text = f"Step {i}: reading. " + "word " * (HUGE_CHARS // 10)
+        history.append({"role": "assistant", "content": text, "tool_calls": [call]})
+        log = f"line {i} of output\n" * (HUGE_CHARS // 20)
+        history.append({"role": "tool", "tool_call_id": f"c{i}", "content": log})
+    return history
+
+
+def app_with(**kwargs: Any) -> Any:
+    settings = ServerSettings(server_token=TOKEN, max_body_bytes=16 * 1024 * 1024, **kwargs)
+    return create_app(settings, MemoryStore(TrackerConfig()))
+
+
+def client_for(app: Any) -> httpx.AsyncClient:
+    return httpx.AsyncClient(
+        transport=httpx.ASGITransport(app=app),
+        base_url="http://localhost",
+        headers={"Authorization": f"Bearer {TOKEN}"},
+        timeout=120,
+    )
+
+
+async def huge_turn_while_polling(app: Any) -> tuple[httpx.Response, float, list[float], Any]:
+    """Send the huge turn; meanwhile poll /healthz and run a small turn on another session.
+    Returns the huge response, its seconds, the health latencies, the small response."""
+    body = json.dumps({"messages": huge_history()}).encode()
+    health: list[float] = []
+    small: dict[str, httpx.Response] = {}
+    done = anyio.Event()
+    async with client_for(app) as c:
+
+        async def poll() -> None:
+            while not done.is_set():
+                started = time.perf_counter()
+                assert (await c.get("/healthz")).status_code == 200
+                health.append(time.perf_counter() - started)
+                await anyio.sleep(HEALTH_POLL_S)
+
+        async def other_session() -> None:
+            await anyio.sleep(0.2)
+            small["r"] = await c.post(
+                "/v1/sessions/other/turns", json={"messages": failing_repeat_history(1)}
+            )
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(poll)
+            tg.start_soon(other_session)
+            started = time.perf_counter()
+            huge = await c.post(
+                "/v1/sessions/huge/turns",
+                content=body,
+                headers={"content-type": "application/json"},
+            )
+            seconds = time.perf_counter() - started
+            done.set()
+    return huge, seconds, health, small.get("r")
+
+
+async def test_a_huge_turn_does_not_stall_healthz_or_other_sessions() -> None:
+    huge, seconds, health, other = await huge_turn_while_polling(app_with())
+    assert huge.status_code == 200, huge.text
+    assert seconds > HEALTH_BOUND_S, "the huge turn was too quick to show anything"
+    assert len(health) >= 5
+    assert max(health) < HEALTH_BOUND_S, f"/healthz waited {max(health):.2f} s"
+    assert other is not None and other.status_code == 200 and other.json()["turn"] == 1
+
+
+async def test_a_turn_over_its_cpu_budget_is_413_on_that_session_only() -> None:
+    app = app_with(turn_cpu_budget_s=0.2)
+    huge, _seconds, health, other = await huge_turn_while_polling(app)
+    assert huge.status_code == 413
+    assert huge.json()["limit"] == "turn_cpu_budget_s" and huge.json()["budget_s"] == 0.2
+    assert "LOOP_JUDGE_TURN_CPU_BUDGET_S" in huge.json()["detail"]
+    assert max(health) < HEALTH_BOUND_S
+    assert other is not None and other.status_code == 200
+    async with client_for(app) as c:
+        # the stopped turn's tracker was dropped: the session starts over, and works
+        r = await c.post("/v1/sessions/huge/turns", json={"messages": failing_repeat_history(1)})
+        assert r.status_code == 200 and r.json()["turn"] == 1
+        text = (await c.get("/metrics")).text
+    assert 'loop_judge_rejected_requests_total{reason="cpu_budget"} 1' in text
+
+
+async def spin(seconds: float) -> int:
+    """Pure-Python CPU work, as the detectors do."""
+    deadline = time.monotonic() + seconds
+    count = 0
+    while time.monotonic() < deadline:
+        count += 1
+    return count
+
+
+async def test_the_runner_stops_python_work_at_its_cpu_budget() -> None:
+    runner = TurnRunner(threads=2, cpu_budget_s=0.2)
+    started = time.monotonic()
+    with pytest.raises(TurnOverBudget) as caught:
+        await runner.run(lambda: spin(30.0))
+    assert time.monotonic() - started < 10.0  # stopped, not run to its 30 s end
+    assert caught.value.budget_s == 0.2 and caught.value.used_s >= 0.2
+    # The threads stay usable and no interruption is left pending in them.
+    for _ in range(20):
+        assert await runner.run(lambda: spin(0.0)) >= 0
+    assert threading.active_count() < 50
+
+
+async def test_waiting_is_not_cpu_time() -> None:
+    runner = TurnRunner(threads=2, cpu_budget_s=0.2)
+
+    async def wait_for_the_judge() -> str:
+        await anyio.sleep(0.6)  # three budgets of waiting, as for a model's reply
+        return "answered"
+
+    assert await runner.run(wait_for_the_judge) == "answered"

@@ -1,0 +1,133 @@
+"""Slow clients cannot hold the sidecar's connections (slowloris).
+
+A real uvicorn server on 127.0.0.1 (started and stopped here) with the guarded protocol
+and a short request deadline; raw sockets play the slow clients.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+
+pytest.importorskip("uvicorn", reason="the serve extra is not installed")
+
+import uvicorn
+
+from judge import TrackerConfig
+from judge.cli.serve import uvicorn_config
+from judge.service.app import create_app
+from judge.service.settings import ServerSettings
+from judge.service.store import MemoryStore
+from tests.serving import free_port
+
+pytestmark = pytest.mark.anyio
+# Short enough to keep the tests quick, long enough that a loaded machine answers a
+# well-behaved request well inside it.
+REQUEST_TIMEOUT_S = 0.5
+# How long after the deadline a connection may still be open (loop latency on CI).
+SLACK_S = 2.0
+TOKEN = "protocol-token-0123456789abcdef"
+
+
+@pytest.fixture
+async def port() -> AsyncIterator[int]:
+    settings = ServerSettings(
+        server_token=TOKEN,
+        port=free_port(),
+        request_timeout_s=REQUEST_TIMEOUT_S,
+        keep_alive_s=5,
+    )
+    config = uvicorn_config(create_app(settings, MemoryStore(TrackerConfig())), settings)
+    config.log_level = "warning"
+    server = uvicorn.Server(config)
+    task = asyncio.create_task(server.serve())
+    while not server.started:
+        assert not task.done(), "uvicorn did not start"
+        await asyncio.sleep(0.01)
+    try:
+        yield settings.port
+    finally:
+        server.should_exit = True
+        await task
+
+
+async def closed_after(reader: asyncio.StreamReader) -> tuple[bytes, float]:
+    """What the server sends until it closes the connection, and when it closed (a reset
+    while we were still writing loses what was buffered: asyncio raises it first)."""
+    started = time.monotonic()
+    data = b""
+    try:
+        while chunk := await asyncio.wait_for(reader.read(65536), REQUEST_TIMEOUT_S + SLACK_S + 5):
+            data += chunk
+    except ConnectionError:
+        data = b"<reset>"
+    return data, time.monotonic() - started
+
+
+async def test_a_silent_connection_is_closed(port: int) -> None:
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    data, seconds = await closed_after(reader)
+    writer.close()
+    assert seconds < REQUEST_TIMEOUT_S + SLACK_S
+    assert data.startswith(b"HTTP/1.1 408")
+
+
+async def test_a_trickled_request_head_is_cut_off(port: int) -> None:
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    started = time.monotonic()
+    head = b"GET /healthz HTTP/1.1\r\nHost: localhost\r\nX-Slow: " + b"a" * 200
+    try:
+        for byte in head:  # one byte every 20 ms: would take 5 s to finish
+            writer.write(bytes([byte]))
+            await writer.drain()
+            await asyncio.sleep(0.02)
+            if reader.at_eof():
+                break
+    except ConnectionError:
+        pass
+    data, _ = await closed_after(reader)
+    writer.close()
+    assert time.monotonic() - started < REQUEST_TIMEOUT_S + SLACK_S
+    assert data.startswith((b"HTTP/1.1 408", b"<reset>"))
+
+
+async def test_a_trickled_body_is_cut_off(port: int) -> None:
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(
+        b"POST /v1/sessions/s/turns HTTP/1.1\r\nHost: localhost\r\n"
+        + f"Authorization: Bearer {TOKEN}\r\n".encode()
+        + b"Content-Type: application/json\r\nContent-Length: 1000\r\n\r\n"
+        + b'{"messages": ['
+    )
+    await writer.drain()
+    data, seconds = await closed_after(reader)
+    writer.close()
+    assert seconds < REQUEST_TIMEOUT_S + SLACK_S
+    assert b" 200 " not in data
+
+
+def request(port: int, sock: socket.socket) -> bytes:
+    sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: localhost\r\n\r\n")
+    data = b""
+    while b"\r\n\r\n" not in data or not data.endswith(b"}"):
+        chunk = sock.recv(4096)
+        if not chunk:
+            break
+        data += chunk
+    return data
+
+
+async def test_keep_alive_requests_under_the_deadline_are_served(port: int) -> None:
+    def two_requests() -> list[Any]:
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+            first = request(port, sock)
+            time.sleep(REQUEST_TIMEOUT_S * 1.5)  # idle between requests: keep-alive rules
+            return [first, request(port, sock)]
+
+    first, second = await asyncio.to_thread(two_requests)
+    assert first.startswith(b"HTTP/1.1 200") and second.startswith(b"HTTP/1.1 200")
