@@ -6,26 +6,30 @@ inside a thread that already runs an event loop (a notebook, a sync callback cal
 code), and a fresh loop per turn would strand the judge client's connections, which belong
 to the loop that opened them.
 
-So the sync tracker owns one event loop of its own, in a daemon thread started on the first
-turn (an anyio blocking portal), and runs every turn there. The caller's thread only blocks
-on the answer, so it makes no difference whether that thread runs an event loop itself. The
-portal is stopped by `close()`, by leaving a ``with`` block, or by a finalizer when the
-tracker is collected; its thread is a daemon, so a forgotten tracker never holds up
-interpreter exit.
+So the sync tracker owns one event loop, made on the first turn and used for every turn of
+its life. A caller whose thread runs no event loop (a script, smolagents) runs that loop
+itself, in its own thread, for the length of the turn: no thread hand-off, so the sync API
+costs what the async one does. A caller whose thread already runs a loop cannot run a
+second one there, so its turn goes to one worker thread that runs the tracker's loop while
+the caller waits. Either way it is the same loop, never two at once. `close()`, leaving a
+``with`` block, or a finalizer when the tracker is collected stops the worker and closes
+the loop.
 
 Everything that is already synchronous on `LoopTracker` (``check_call``, ``content_chunk``,
-``override``, ``state`` ...) runs in the caller's thread, with no hand-off. Like
-`LoopTracker`, it is not thread-safe: use one tracker from one thread at a time.
+``override``, ``state`` ...) runs in the caller's thread. Like `LoopTracker`, it is not
+thread-safe: use one tracker from one thread at a time.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 import threading
 import weakref
-from contextlib import AbstractContextManager
+from collections.abc import Coroutine
 from types import TracebackType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from judge.config import TrackerConfig
 from judge.response.ladder import LadderState, OverrideRecord
@@ -35,65 +39,94 @@ from judge.tracker import LoopTracker
 from judge.verdict import Verdict
 
 if TYPE_CHECKING:
-    from concurrent.futures import Future
-
-    from anyio.from_thread import BlockingPortal
+    from concurrent.futures import ThreadPoolExecutor
 
 logger = logging.getLogger("judge.sync")
 
-# The event loop the portal runs. asyncio, not trio: litellm's aiohttp transport and every
-# framework we integrate with are asyncio-only.
-PORTAL_BACKEND = "asyncio"
-# Name of the portal's thread, so a thread dump says whose it is.
-PORTAL_THREAD_NAME = "loop-judge-sync"
+# Name prefix of the worker thread (turns asked from a thread that runs an event loop), so
+# a thread dump says whose it is.
+WORKER_THREAD_NAME = "loop-judge-sync"
 
 __all__ = ["SyncLoopTracker"]
 
+T = TypeVar("T")
 
-class _Portal:
-    """One event loop in a daemon thread, started on demand and stopped once.
+
+def _loop_running_here() -> bool:
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    return True
+
+
+def _drive(loop: asyncio.AbstractEventLoop, coroutine: Coroutine[Any, Any, T]) -> T:
+    """Run ``coroutine`` to its end on ``loop`` in this thread; an interruption (Ctrl-C)
+    cancels it there, so the tracker's lock is free for the next turn."""
+    task = loop.create_task(coroutine)
+    try:
+        return loop.run_until_complete(task)
+    except BaseException:
+        if not task.done():
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                loop.run_until_complete(task)
+        raise
+
+
+def _cancel_all(loop: asyncio.AbstractEventLoop) -> None:
+    for task in asyncio.all_tasks(loop):
+        task.cancel()
+
+
+class _Runner:
+    """The tracker's event loop and, once needed, its worker thread.
 
     Kept apart from `SyncLoopTracker` so the finalizer can hold it without holding the
     tracker (a finalizer that references its object keeps it alive forever).
     """
 
     def __init__(self) -> None:
-        self._manager: AbstractContextManager[BlockingPortal] | None = None
-        self._portal: BlockingPortal | None = None
-        self._thread_id: int | None = None
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self.worker: ThreadPoolExecutor | None = None
+        self._worker_ident: int | None = None
         self.closed = False
 
-    def get(self) -> BlockingPortal:
+    def run(self, coroutine: Coroutine[Any, Any, T]) -> T:
         if self.closed:
+            coroutine.close()
             raise RuntimeError("this SyncLoopTracker is closed")
-        if self._portal is None:
-            # Imported here: `import judge` must not pay for anyio's threading machinery.
-            from anyio.from_thread import start_blocking_portal
+        if self.loop is None:
+            self.loop = asyncio.new_event_loop()
+        if not _loop_running_here():
+            return _drive(self.loop, coroutine)
+        if self.worker is None:
+            # Imported here: `import judge` must not pay for the executor machinery.
+            from concurrent.futures import ThreadPoolExecutor
 
-            manager = start_blocking_portal(PORTAL_BACKEND, name=PORTAL_THREAD_NAME)
-            self._portal = manager.__enter__()
-            self._manager = manager
-            self._thread_id = self._portal.call(threading.get_ident)
-        return self._portal
+            self.worker = ThreadPoolExecutor(1, thread_name_prefix=WORKER_THREAD_NAME)
+            self._worker_ident = self.worker.submit(threading.get_ident).result()
+        future = self.worker.submit(_drive, self.loop, coroutine)
+        try:
+            return future.result()
+        except BaseException:
+            # Interrupted while waiting: cancel the turn over there as well.
+            if not future.done():
+                self.loop.call_soon_threadsafe(_cancel_all, self.loop)
+            raise
 
     def close(self) -> None:
         self.closed = True
-        manager, self._manager, self._portal = self._manager, None, None
-        if manager is None:
-            return
-        if threading.get_ident() == self._thread_id:
-            # Collected inside the portal's own thread (e.g. by an on_loop callback that
-            # dropped the last reference): that thread cannot wait for itself to stop.
-            threading.Thread(target=_exit, args=(manager,), daemon=True).start()
-            return
-        _exit(manager)
-
-
-def _exit(manager: AbstractContextManager[BlockingPortal]) -> None:
-    try:
-        manager.__exit__(None, None, None)
-    except RuntimeError as exc:  # the loop already died (interpreter shutdown)
-        logger.debug("loop-judge portal did not stop cleanly: %s", exc)
+        loop, worker, self.loop, self.worker = self.loop, self.worker, None, None
+        inside_worker = threading.get_ident() == self._worker_ident
+        if worker is not None:
+            # The worker cannot wait for itself (a callback that dropped the last reference).
+            worker.shutdown(wait=not inside_worker)
+        if loop is None or loop.is_running() or loop.is_closed():
+            return  # closed from inside a turn: the loop goes with the tracker
+        if not _loop_running_here():
+            loop.run_until_complete(loop.shutdown_asyncgens())
+        loop.close()
 
 
 class SyncLoopTracker:
@@ -101,8 +134,8 @@ class SyncLoopTracker:
 
     Same arguments, same verdicts, same state: a ``SyncLoopTracker`` and a `LoopTracker`
     fed the same histories give the same verdicts, and `state` round-trips between them.
-    Use it as a context manager, or call `close()`, to stop its event-loop thread at once
-    (a forgotten one is stopped when it is garbage collected).
+    Use it as a context manager, or call `close()`, to close its event loop at once (a
+    forgotten one is closed when it is garbage collected).
 
         with SyncLoopTracker(TrackerConfig()) as tracker:
             verdict = tracker.turn_started(history)
@@ -122,9 +155,9 @@ class SyncLoopTracker:
         if tracker is None:
             tracker = LoopTracker(config, **kwargs)
         self.tracker: LoopTracker = tracker
-        """The async tracker underneath; await it only from the portal, never concurrently."""
-        self._portal = _Portal()
-        self._finalizer = weakref.finalize(self, self._portal.close)
+        """The async tracker underneath; its turns belong on this wrapper's loop."""
+        self._runner = _Runner()
+        self._finalizer = weakref.finalize(self, self._runner.close)
 
     @classmethod
     def from_state(
@@ -139,12 +172,13 @@ class SyncLoopTracker:
     # -- lifetime -----------------------------------------------------------------------
 
     def close(self) -> None:
-        """Stop the event-loop thread. Idempotent; a closed tracker refuses new turns."""
+        """Close the event loop and stop the worker thread. Idempotent; a closed tracker
+        refuses new turns."""
         self._finalizer()
 
     @property
     def closed(self) -> bool:
-        return self._portal.closed
+        return self._runner.closed
 
     def __enter__(self) -> SyncLoopTracker:
         return self
@@ -162,20 +196,13 @@ class SyncLoopTracker:
     def turn_started(self, history: Any) -> Verdict:
         """`LoopTracker.turn_started`, blocking until the verdict is ready.
 
-        Safe in any thread, one that runs an event loop included (the loop is blocked for
+        Safe in any thread, one that runs an event loop included (that loop is blocked for
         the turn, as any sync call blocks it). Raises `HistoryError` for a malformed
         history and ``RuntimeError`` once closed; never raises for a judge failure. An
-        interrupt (KeyboardInterrupt) while waiting cancels the turn in the portal too.
+        interruption (KeyboardInterrupt) cancels the turn, as cancelling an awaiting
+        caller would, and leaves the tracker usable.
         """
-        portal = self._portal.get()
-        future: Future[Verdict] = portal.start_task_soon(self.tracker.turn_started, history)
-        try:
-            return future.result()
-        except BaseException:
-            # Interrupted while waiting: cancel the turn over there, as an awaiting caller's
-            # cancellation would, so the tracker's lock is released for the next turn.
-            future.cancel()
-            raise
+        return self._runner.run(self.tracker.turn_started(history))
 
     def check_call(self, name: str, arguments: Any = None) -> Verdict:
         """`LoopTracker.check_call`: would this call be a repeat past its limit?"""

@@ -11,7 +11,7 @@ import anyio
 import pytest
 
 from judge import Action, HistoryError, LoopTracker, SyncLoopTracker, TrackerConfig, Verdict
-from judge.sync import PORTAL_THREAD_NAME
+from judge.sync import WORKER_THREAD_NAME
 from judge.testing import SCRIPTED_FAST_MODEL, ScriptedJudge
 from tests.fakes import looping_history
 
@@ -36,8 +36,17 @@ def repeating(n: int) -> list[dict[str, Any]]:
     return history
 
 
-def portal_threads() -> list[threading.Thread]:
-    return [t for t in threading.enumerate() if t.name == PORTAL_THREAD_NAME]
+def worker_threads() -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name.startswith(WORKER_THREAD_NAME)]
+
+
+def in_running_loop(tracker: SyncLoopTracker, history: list[dict[str, Any]]) -> Verdict:
+    """A sync call made from async code: the caller's thread runs an event loop."""
+
+    async def agent() -> Verdict:
+        return tracker.turn_started(history)
+
+    return asyncio.run(agent())
 
 
 def run_script(tracker: SyncLoopTracker, n: int) -> list[Verdict]:
@@ -66,9 +75,16 @@ def test_preflight_and_state_need_no_event_loop() -> None:
     tracker = SyncLoopTracker(CONFIG)
     verdict = tracker.check_call("create_ticket", {"order": 7})
     assert not verdict and tracker.state.version >= 1
-    # Nothing asynchronous ran, so no thread was started for it.
-    assert tracker._portal._thread_id is None
+    # Nothing asynchronous ran, so not even the event loop was made.
+    assert tracker._runner.loop is None
     tracker.close()
+
+
+def test_a_script_needs_no_thread() -> None:
+    before = len(worker_threads())
+    with SyncLoopTracker(CONFIG) as tracker:
+        run_script(tracker, 3)
+        assert len(worker_threads()) == before
 
 
 def test_usable_from_a_sync_callback_inside_a_running_loop() -> None:
@@ -95,18 +111,17 @@ def test_usable_from_a_sync_callback_inside_a_running_loop() -> None:
 
 
 def test_on_loop_callback_and_override_from_the_caller() -> None:
-    calls: list[str] = []
+    loops: list[int] = []
 
     async def on_loop(verdict: Verdict) -> None:
-        calls.append(threading.current_thread().name)
+        loops.append(id(asyncio.get_running_loop()))
 
     with SyncLoopTracker(CONFIG, on_loop=on_loop) as tracker:
         verdicts = run_script(tracker, 4)
         first = next(v for v in verdicts if v)
         record = tracker.override(first, "the ticket system is slow, keep going")
         later = tracker.turn_started(repeating(5))
-    # The async callback ran on the tracker's own loop, not in the caller's thread.
-    assert calls and calls[0] == PORTAL_THREAD_NAME
+    assert loops, "the async on_loop callback never ran"
     assert record.pattern == first.pattern and tracker.overrides == [record]
     assert not later
 
@@ -168,22 +183,76 @@ def test_a_bad_history_raises_and_the_tracker_stays_usable() -> None:
 
 
 def test_close_stops_the_thread_and_refuses_new_turns() -> None:
-    before = len(portal_threads())
+    before = len(worker_threads())
     tracker = SyncLoopTracker(CONFIG)
-    tracker.turn_started(repeating(1))
-    assert len(portal_threads()) == before + 1
+    in_running_loop(tracker, repeating(1))
+    assert len(worker_threads()) == before + 1
+    loop = tracker._runner.loop
     tracker.close()
     tracker.close()  # idempotent
-    assert len(portal_threads()) == before and tracker.closed
+    assert len(worker_threads()) == before and tracker.closed
+    assert loop is not None and loop.is_closed()
     with pytest.raises(RuntimeError, match="closed"):
         tracker.turn_started(repeating(2))
 
 
 def test_a_forgotten_tracker_stops_its_thread_when_collected() -> None:
-    before = len(portal_threads())
+    before = len(worker_threads())
     tracker = SyncLoopTracker(CONFIG)
-    tracker.turn_started(repeating(1))
-    assert len(portal_threads()) == before + 1
+    in_running_loop(tracker, repeating(1))
+    loop = tracker._runner.loop
+    assert len(worker_threads()) == before + 1
     del tracker
     gc.collect()
-    assert len(portal_threads()) == before
+    assert len(worker_threads()) == before
+    assert loop is not None and loop.is_closed()
+
+
+def judged_config() -> TrackerConfig:
+    """A judge check on every turn."""
+    return TrackerConfig(
+        semantic="off",
+        fast_model=SCRIPTED_FAST_MODEL,
+        check_after_turns=1,
+        initial_interval=1,
+        min_interval=1,
+        max_interval=1,
+    )
+
+
+def test_every_turn_runs_on_one_loop_from_scripts_and_async_code() -> None:
+    """The judge client's connections belong to one loop: scripts and async callers share it."""
+    loops: list[int] = []
+
+    def script(request: Any) -> float:
+        loops.append(id(asyncio.get_running_loop()))
+        return 0.1
+
+    history = looping_history(4)
+    with SyncLoopTracker(judged_config(), client=ScriptedJudge(script)) as tracker:
+        tracker.turn_started(history[:4])
+        in_running_loop(tracker, history[:6])
+        tracker.turn_started(history[:8])
+        in_running_loop(tracker, history[:10])
+    assert len(loops) == 4 and len(set(loops)) == 1
+
+
+def test_an_interrupted_turn_leaves_the_tracker_usable() -> None:
+    """Ctrl-C during a judge request: the turn ends at once, the next one runs."""
+    judge = ScriptedJudge([0.1], default=0.1)
+    interrupted = False
+
+    class InterruptOnce:
+        async def complete(self, model: str, messages: Any, *, schema: Any) -> Any:
+            nonlocal interrupted
+            if not interrupted:
+                interrupted = True
+                raise KeyboardInterrupt  # as a signal arriving mid-request would
+            return await judge.complete(model, messages, schema=schema)
+
+    history = looping_history(3)
+    with SyncLoopTracker(judged_config(), client=InterruptOnce()) as tracker:
+        with pytest.raises(KeyboardInterrupt):
+            tracker.turn_started(history[:4])
+        verdict = tracker.turn_started(history[:6])
+    assert not verdict and verdict.judge_calls and judge.calls

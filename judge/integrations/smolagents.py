@@ -171,6 +171,9 @@ class LoopJudgeCallback:
         self.on_stop = StopMode(on_stop)
         self.verdicts: list[Verdict] = []
         self._nudges: dict[int, tuple[Any, str | None, str]] = {}
+        # Each finished step converted once (by id, with the step to rule out a reused id):
+        # the memory grows by a step a turn, and converting all of it each time is O(n^2).
+        self._converted: dict[int, tuple[Any, list[dict[str, Any]]]] = {}
         self._first_step: Any = None
 
     def close(self) -> None:
@@ -185,10 +188,8 @@ class LoopJudgeCallback:
         self._follow(steps)
         if not any(s is memory_step for s in steps):
             steps.append(memory_step)  # smolagents stores the step after its callbacks
-        history = [
-            *steps_to_messages([agent.memory.system_prompt]),
-            *steps_to_messages(steps, nudges=self._nudges),
-        ]
+        history = [message for step in steps for message in self._messages(step)]
+        history[:0] = steps_to_messages([agent.memory.system_prompt])
         try:
             verdict = self.tracker.turn_started(history)
         except HistoryError as exc:
@@ -197,12 +198,21 @@ class LoopJudgeCallback:
         if verdict:
             self._act(verdict, memory_step, agent)
 
+    def _messages(self, step: Any) -> list[dict[str, Any]]:
+        cached = self._converted.get(id(step))
+        if cached is not None and cached[0] is step:
+            return cached[1]
+        messages = steps_to_messages([step], nudges=self._nudges)
+        self._converted[id(step)] = (step, messages)
+        return messages
+
     def _follow(self, steps: list[Any]) -> None:
         """A memory reset (a new ``agent.run``) is a new conversation: start over."""
         first = steps[0] if steps else None
         if first is not self._first_step and self._first_step is not None:
             self.tracker.reset()
             self._nudges.clear()
+            self._converted.clear()
         self._first_step = first
 
     def _act(self, verdict: Verdict, step: Any, agent: Any) -> None:
@@ -230,6 +240,7 @@ class LoopJudgeCallback:
         if verdict.recovery_message:
             original = step.observations
             self._nudges[id(step)] = (step, original, verdict.recovery_message)
+            self._converted.pop(id(step), None)
             step.observations = (
                 f"{original}{NUDGE_SEPARATOR}{verdict.recovery_message}"
                 if original
