@@ -56,7 +56,7 @@ async def window_turn_us(window: int, copies: bool) -> float:
     """Median microseconds per turn with a sliding window of ``window`` messages."""
     tracker = LoopTracker(TrackerConfig(fast_model=None, confirm_model=None, semantic="off"))
     full: list[dict[str, Any]] = [TASK]
-    timings = []
+    timings: list[float] = []
     turn = 0
     while len(timings) < TIMED_TURNS:
         full.extend(_pair(turn))
