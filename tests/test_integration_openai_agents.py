@@ -214,6 +214,9 @@ async def test_a_users_own_filter_runs_first(serve: Any) -> None:
     last = server.requests[-1].json()["messages"]
     assert last[-1]["content"] == "(marker from my own filter)"
     assert judge.tracker.turn == len(seen)
+    # Asking again for a config that already has our filter does not judge twice.
+    again = judge.run_config(judge.run_config())
+    assert again.call_model_input_filter == judge.filter_model_input
 
 
 def test_items_convert_with_their_call_ids() -> None:

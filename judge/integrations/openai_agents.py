@@ -37,6 +37,8 @@ and the model call goes on untouched; judge failures are on the verdict, never r
 from __future__ import annotations
 
 import copy
+import dataclasses
+import inspect
 import json
 import logging
 from collections.abc import Iterable, Mapping
@@ -245,19 +247,15 @@ class LoopJudge:
     def run_config(self, base: RunConfig | None = None, **kwargs: Any) -> RunConfig:
         """A ``RunConfig`` (``base`` or a new one, with ``kwargs``) whose model input filter
         is ours. A filter already on ``base`` runs first; we see what it produced."""
-        config = RunConfig(**kwargs) if base is None else copy.copy(base)
-        if base is not None:
-            for key, value in kwargs.items():
-                setattr(config, key, value)
+        config = RunConfig(**kwargs) if base is None else dataclasses.replace(base, **kwargs)
         previous = config.call_model_input_filter
-        if previous is None:
+        if previous is None or previous == self.filter_model_input:
             config.call_model_input_filter = self.filter_model_input
         else:
 
             async def chained(data: CallModelData[Any]) -> ModelInputData:
                 result = previous(data)
-                filtered = await result if hasattr(result, "__await__") else result
-                assert isinstance(filtered, ModelInputData)
+                filtered = await result if inspect.isawaitable(result) else result
                 data.model_data = filtered
                 return await self.filter_model_input(data)
 
