@@ -3,9 +3,21 @@ ordinary hashes, ids and numbers alone."""
 
 from __future__ import annotations
 
+import importlib.util
+import json
+import re
 import time
+from collections.abc import Iterator
+from importlib import resources
+from pathlib import Path
+from typing import Any
 
 import pytest
+
+try:
+    import re._parser as sre_parse  # Python 3.11+
+except ImportError:  # pragma: no cover - Python 3.10
+    import sre_parse  # type: ignore[no-redef]
 
 from judge.errors import ConfigError
 from judge.llm.redaction import BUILTIN_KINDS, Redactor, redact
@@ -35,6 +47,9 @@ PEM = (
     "q0Ae+Fk3a/Zb9Lq==\n"
     "-----END RSA PRIVATE KEY-----"
 )
+
+SLACK_HOOK = "T0AB12CD3/B0EF45GH6/aBcDeFgHiJkLmNoPqRsTuVwX"
+DISCORD_HOOK = "123456789012345678/AbC-dEf_123456789012345678901234567890"
 
 GIT_SHA = "3f786850e387550fdab836ed7e6dc881de23001b"
 SHA256 = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
@@ -244,3 +259,196 @@ def test_large_text_without_secrets_is_fast() -> None:
     started = time.perf_counter()
     assert redact(blob) == blob
     assert time.perf_counter() - started < 2.0
+
+
+# -- the corpus (issue 12, defect 1) -------------------------------------------------------------
+# On the hand-written rules before this corpus: 229 leaks of 472 cases and 6
+# false redactions of 452 (evals/bench_security.py, git show 232a933~1:judge/llm/redaction.py).
+
+
+def _bench() -> Any:
+    path = Path(__file__).resolve().parent.parent / "evals" / "bench_security.py"
+    spec = importlib.util.spec_from_file_location("bench_security", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_corpus_is_big_enough_and_varied() -> None:
+    bench = _bench()
+    secrets, lookalikes = bench.load(bench.SECRETS_FILE), bench.load(bench.LOOKALIKES_FILE)
+    assert len({c["format"] for c in secrets}) >= 100 and len(secrets) >= 400
+    assert {c["placement"] for c in secrets} == {"result", "arguments", "assistant", "task"}
+    assert len({c["kind"] for c in lookalikes}) >= 100
+
+
+def test_no_secret_of_the_corpus_reaches_the_judge_and_lookalikes_stay() -> None:
+    figures = _bench().measure_redaction(redact)
+    assert figures["leaked"] == []
+    assert figures["false_redaction_rate"] <= 0.01, figures["falsely_redacted"]
+
+
+@pytest.mark.parametrize(
+    ("text", "secret"),
+    [
+        ('{"cmd": "DB_PASSWORD=hunter2hunter2"}', "hunter2hunter2"),
+        ('{"cmd":"export PGPASSWORD=s3cretPw9 && psql -h db"}', "s3cretPw9"),
+        ("Set-Cookie: access_token=Zm9vYmFyYmF6cXV4MTIz; Path=/; HttpOnly", "Zm9vYmFyYmF6cXV4"),
+        ("Set-Cookie: sessionid=k2j3h4g5f6d7s8a9; Path=/", "k2j3h4g5f6d7s8a9"),
+        ("PGPASSWORD=tr0ub4dor psql -U app", "tr0ub4dor"),
+        ("curl -u admin:Sup3rS3cret https://api.example.com", "Sup3rS3cret"),
+        ("mysql -u root -pSup3rS3cret app", "Sup3rS3cret"),
+        ("docker login -u ci -p Sup3rS3cret registry.example.com", "Sup3rS3cret"),
+        (f"https://hooks.slack.com/services/{SLACK_HOOK}", "aBcDeFgH"),
+        (f"https://discord.com/api/webhooks/{DISCORD_HOOK}", "AbC-dEf_1234"),
+        ("SG.abcdefghijklmnopqrstuv.ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghij0123456", "SG.abcdefgh"),
+        ("//registry.npmjs.org/:_authToken=npm_abcdefghijklmnopqrstuvwxyz0123456789", "npm_abc"),
+        ("whsec_abcdefghijklmnopqrstuvwxyz012345", "whsec_abcdefgh"),
+        ("VAULT_TOKEN=hvs.CAESIJ1234567890abcdefghijKLMNOP", "hvs.CAESIJ"),
+        ("token ya29.a0AfH6SMBx1234567890abcdefghijklmnopQRSTUV", "ya29.a0AfH6"),
+        ("postgres://app:p#ss%word9@db:5432/app", "p#ss%word9"),
+    ],
+)
+def test_issue_12_leaks_are_closed(text: str, secret: str) -> None:
+    """Each input the red-team pass found returned unchanged by the old rules."""
+    redacted = redact(text)
+    assert secret not in redacted and "[REDACTED:" in redacted
+
+
+def test_a_pair_that_names_nothing_secret_is_looked_into() -> None:
+    text = '{"cmd":"DB_PASSWORD=hunter2hunter2","timeout":60}'
+    assert redact(text) == f'{{"cmd":"DB_PASSWORD={marker("password")}","timeout":60}}'
+
+
+def test_env_value_full_of_punctuation_is_hidden_whole() -> None:
+    text = "SECRET_KEY=a8(f)k&z!q=2#p%w\nDEBUG=0"
+    assert redact(text) == f"SECRET_KEY={marker('secret')}\nDEBUG=0"
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "api_key: SecretStr = Field(default=None)",
+        "password: str | None = None",
+        "PASSWORD_HASHER=argon2",
+        "API_KEY=[REDACTED]",
+        "docker run -p 8080:80 nginx",
+        "mysql -u root -p app",
+        "curl -u $USER:$PASS https://example.com",
+        "echo $PAT | docker login ghcr.io -u me --password-stdin",
+        "Set-Cookie: theme=dark; Path=/; Max-Age=3600",
+    ],
+)
+def test_code_and_harmless_flags_are_left_alone(text: str) -> None:
+    assert redact(text) == text
+
+
+def test_overlapping_rules_give_one_marker_named_by_the_first() -> None:
+    text = f"OPENAI_API_KEY={OPENAI} and Authorization: Bearer {GITHUB}"
+    assert redact(text) == (
+        f"OPENAI_API_KEY={marker('openai_key')} and Authorization: Bearer {marker('github_token')}"
+    )
+
+
+# -- linear time ---------------------------------------------------------------------------------
+
+
+def _repeats(node: Any) -> Iterator[tuple[int, Any]]:
+    """(max count, body) of every repeat in a parsed pattern, depth first."""
+    for op, arg in node:
+        name = str(op)
+        if name in ("MAX_REPEAT", "MIN_REPEAT", "POSSESSIVE_REPEAT"):
+            _low, high, body = arg
+            yield high, body
+            yield from _repeats(body)
+        elif name == "SUBPATTERN":
+            yield from _repeats(arg[-1])
+        elif name == "BRANCH":
+            for branch in arg[1]:
+                yield from _repeats(branch)
+        elif name in ("ASSERT", "ASSERT_NOT"):
+            yield from _repeats(arg[1])
+
+
+def _all_patterns() -> list[re.Pattern[str]]:
+    import judge.llm.redaction as module
+
+    patterns = [r.pattern for r in module._builtin_rules() if hasattr(r, "pattern")]
+    patterns += [v for v in vars(module).values() if isinstance(v, re.Pattern)]
+    return patterns
+
+
+def test_no_pattern_nests_a_repeat_inside_a_repeat() -> None:
+    """The shape that backtracks exponentially, (x+)+, cannot occur in any rule."""
+    parse = sre_parse.parse  # type: ignore[attr-defined]
+    for pattern in _all_patterns():
+        for high, body in _repeats(parse(pattern.pattern, pattern.flags)):
+            if high > 1:
+                inner = [h for h, _ in _repeats(body) if h > 1]
+                assert not inner, pattern.pattern
+
+
+_TRIGGERS = " password token secret key cookie: curl -u mysql -p login bearer :// sk- AIza "
+
+
+# A backtracking stall on a megabyte takes minutes to hours; every rule reads one in about
+# a second on a loaded CI machine (the trigger words make every rule run).
+MEGABYTE_SECONDS = 20.0
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "unit",
+    ["a", "A", "0", "a1", "aA0+/", "-", "_", "x" * 7 + "=", "iVBORw0KGgo", "\\"],
+)
+def test_a_megabyte_without_punctuation_is_fast(unit: str) -> None:
+    text = unit * (1_000_000 // len(unit)) + _TRIGGERS
+    started = time.perf_counter()
+    redact(text)
+    assert time.perf_counter() - started < MEGABYTE_SECONDS
+
+
+@pytest.mark.parametrize(
+    "unit",
+    [
+        "key=",
+        "KEY=",
+        "a=b&",
+        "password ",
+        "curl -u ",
+        "Cookie: a=b;",
+        "-----BEGIN PRIVATE KEY-----!",
+        "x://a:",
+        "--token ",
+        '"a":"',
+        "bearer a1",
+        "eyJa.eyJ",
+        "sk-a1",
+        "Authorization: Basic ",
+    ],
+)
+def test_punctuated_adversarial_input_grows_linearly(unit: str) -> None:
+    """Twice the input costs about twice the time, never four times (quadratic)."""
+
+    def cost(size: int) -> float:
+        text = unit * (size // len(unit))
+        best = float("inf")
+        for _ in range(2):
+            started = time.perf_counter()
+            redact(text)
+            best = min(best, time.perf_counter() - started)
+        return best
+
+    small, large = cost(25_000), cost(100_000)
+    assert large < max(small * 8, 0.05), (small, large)
+
+
+def test_format_rules_say_where_they_come_from() -> None:
+    data = json.loads(
+        resources.files("judge.llm").joinpath("secret_rules.json").read_text(encoding="utf-8")
+    )
+    assert "MIT License" in data["provenance"] and "gitleaks" in data["provenance"]
+    for rule in data["rules"]:
+        assert rule["source"] == "loop-judge" or rule["source"].startswith("gitleaks:"), rule
+        assert rule["keywords"] and all(k == k.lower() for k in rule["keywords"]), rule

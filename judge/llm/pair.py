@@ -133,8 +133,16 @@ class TwoStageJudge:
             reply_obj = reply
             found: Any = getattr(exc, "attempts", None) or getattr(reply_obj, "attempts", 1)
             attempts = int(found)
-            logger.warning(
-                "%s judge %s failed after %d attempt(s): %s", stage.value, model, attempts, exc
+            # The check's failure is logged once, redacted, on the "judge" logger by the
+            # responder; this per-call detail is for debugging and is redacted as well.
+            from judge.llm.redaction import redact
+
+            logger.debug(
+                "%s judge %s failed after %d attempt(s): %s",
+                stage.value,
+                model,
+                attempts,
+                redact(str(exc)),
             )
             call = JudgeCall(
                 model=model,

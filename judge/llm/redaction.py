@@ -169,9 +169,16 @@ _PLACEHOLDERS = _wordset(
     "null none nil true false undefined redacted changeme change_me example xxxx string"
 )
 
-_DOTTED_NAME = re.compile(r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)+")
 _CALL = re.compile(r"[A-Za-z_][\w.]*[(\[]")
 _WORD = re.compile(r"[A-Z]+(?=[A-Z][a-z])|[A-Z]?[a-z]+|[A-Z]+|\d+")
+
+
+def _is_dotted_name(value: str) -> bool:
+    """``settings.api_key``: an attribute path in source code, not a literal."""
+    parts = value.split(".")
+    return len(parts) > 1 and all(
+        p and not p[0].isdigit() and p.replace("_", "a").isalnum() and p.isascii() for p in parts
+    )
 
 
 def _words(key: str) -> list[str]:
@@ -405,7 +412,7 @@ def _resolve_assignment(m: re.Match[str]) -> tuple[list[Span], int]:
             value = value.rstrip(",;")
             code = _CALL.match(value) is not None and value.endswith(")")
         else:
-            code = follows in ("(", "[") or _DOTTED_NAME.fullmatch(value) is not None
+            code = follows in ("(", "[") or _is_dotted_name(value)
             if ":" in m.group("assign"):
                 # A type annotation: "api_key: SecretStr = ...", "password: str | None".
                 code = code or text[end : end + 3].lstrip().startswith(("=", "|"))

@@ -72,11 +72,13 @@ _CODE_BLOCK = re.compile(r"```[\s\S]{0,4000}?(?:```|$)|`[^`\n]{0,400}`?")
 _TAG = re.compile(r"</?[A-Za-z|!][^<>\n]{0,80}>|<\|[^|\n]{0,40}\|>")
 _LINK = re.compile(
     r"\b(?:[a-z][a-z0-9+.-]{1,20}://|www\.)[^\s\"'<>]{1,2000}"
-    r"|\b(?:\d{1,3}\.){3}\d{1,3}(?::\d{1,5})?[^\s\"'<>]{0,2000}"
-    r"|\b[a-z0-9-]{1,63}(?:\.[a-z0-9-]{1,63}){0,5}\.(?:com|net|org|io|dev|sh|xyz|ru|cn|example"
+    r"|\b\d{1,3}\.\d{1,3}\.\d{1,3}\.\d{1,3}[^\s\"'<>]{0,2000}"
+    r"|\b[a-z0-9-][a-z0-9.-]{0,253}\.(?:com|net|org|io|dev|sh|xyz|ru|cn|example"
     r"|app|ai|co|me|info|biz|top|site|online)\b[^\s\"'<>]{0,2000}",
     re.IGNORECASE,
 )
+# The judge's reply is read this far at most: far more than any analysis worth quoting.
+_OPINION_READ = 4000
 # A sentence ends at . ! ? before a space (not inside "config.py") or at a line break.
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+|\n+")
 # A clause of a sentence, each checked for orders on its own ("Stuck; run X").
@@ -103,7 +105,7 @@ _ORDER_ANYWHERE = re.compile(
 def judge_opinion(analysis: str | None, limit: int = OPINION_CHARS) -> str:
     """The judge's analysis as it may be shown: orders, code and links removed, clipped,
     quoted and labelled as the reviewer's opinion (`NO_OPINION` when nothing is left)."""
-    text = _TAG.sub(" ", _CODE_BLOCK.sub(" ", analysis or ""))
+    text = _TAG.sub(" ", _CODE_BLOCK.sub(" ", (analysis or "")[:_OPINION_READ]))
     text = _LINK.sub("[link removed]", text)
     kept = []
     for sentence in _SENTENCE_END.split(text):

@@ -411,8 +411,12 @@ class Responder:
         pattern = self._patterns.get(pattern, pattern)
         record = self.ladder.override(pattern, reason, label=label)
         self.stats.overrides += 1
+        # The ladder keeps the real pattern; the caller gets the published one.
+        record = record.model_copy(
+            update={"pattern": self.scrub(record.pattern), "message": self.scrub(record.message)}
+        )
         log = logger.warning if record.disabled else logger.info
-        log("%s; reason: %s", self.scrub(record.message), self.scrub(reason))
+        log("%s; reason: %s", record.message, self.scrub(reason))
         return record
 
     def load_state(self, state: LadderState) -> None:
