@@ -271,3 +271,38 @@ async def test_an_unreadable_input_never_breaks_the_run(caplog: pytest.LogCaptur
         out = await judge.filter_model_input(data)
     assert out.input == items and out.instructions == "x" and judge.verdicts == []
     assert "could not read" in caplog.text
+
+
+def repeat_items(n: int) -> list[Any]:
+    items: list[Any] = [{"role": "user", "content": "Where is order 7?"}]
+    for i in range(n):
+        items.append(
+            {"type": "function_call", "call_id": f"c{i}", "name": "get_order", "arguments": "{}"}
+        )
+        items.append({"type": "function_call_output", "call_id": f"c{i}", "output": "shipped"})
+    return items
+
+
+async def filtered(judge: LoopJudge, items: list[Any]) -> list[Any]:
+    data = CallModelData(
+        model_data=ModelInputData(input=items, instructions=None), agent=None, context=None
+    )  # type: ignore[arg-type]
+    return list((await judge.filter_model_input(data)).input)
+
+
+async def test_a_warning_stays_after_the_result_it_answered() -> None:
+    judge = LoopJudge(config=TrackerConfig(semantic="off", tool_limits={"get_order": 2}))
+    n = 1
+    while not judge.verdicts:
+        n += 1
+        sent = await filtered(judge, repeat_items(n))
+    assert judge.verdicts[0].action is Action.WARN
+    nudge = sent[-1]
+    assert nudge["role"] == "user" and RECOVERY_FENCE in nudge["content"]
+    # The next call's input has grown by one turn: the warning is still after the same result.
+    later = await filtered(judge, repeat_items(n + 1))
+    assert later.index(nudge) == len(repeat_items(n))
+    # A rewritten input (the first message trimmed away) keeps it after the same result.
+    trimmed = repeat_items(n + 1)[1:]
+    again = await filtered(judge, trimmed)
+    assert again[again.index(nudge) - 1]["call_id"] == f"c{n - 1}"

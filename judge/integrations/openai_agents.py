@@ -208,8 +208,10 @@ def _item_key(item: Any) -> str:
 
 @dataclass(frozen=True)
 class _Nudge:
-    """A recovery message we added after the item ``anchor`` (an `_item_key`)."""
+    """A recovery message we added after the run's input item number ``position`` (counted
+    without our own items), whose `_item_key` was ``anchor``."""
 
+    position: int
     anchor: str
     item: dict[str, Any]
 
@@ -283,7 +285,8 @@ class LoopJudge:
 
     async def filter_model_input(self, data: CallModelData[Any]) -> ModelInputData:
         """``RunConfig.call_model_input_filter``: one tracker turn per model call."""
-        items = self._with_nudges(list(data.model_data.input))
+        raw = list(data.model_data.input)
+        items = self._with_nudges(raw)
         try:
             verdict = await self.tracker.turn_started(items_to_messages(items))
         except HistoryError as exc:
@@ -291,23 +294,32 @@ class LoopJudge:
             return ModelInputData(input=items, instructions=data.model_data.instructions)
         if verdict:
             self._act(verdict)
-            if verdict.recovery_message and items:
+            if verdict.recovery_message and raw:
                 nudge = {"role": NUDGE_ROLE, "content": verdict.recovery_message}
-                self._nudges.append(_Nudge(anchor=_item_key(items[-1]), item=nudge))
+                self._nudges.append(_Nudge(len(raw) - 1, _item_key(raw[-1]), nudge))
                 items.append(nudge)
         return ModelInputData(input=items, instructions=data.model_data.instructions)
 
     def _with_nudges(self, items: list[Any]) -> list[Any]:
-        """The input with our earlier recovery messages back where the model read them."""
+        """The input with our earlier recovery messages back where the model read them.
+
+        A run's local history only grows, so a nudge goes back after the same position;
+        where the history was rewritten (a trimmed or edited input), after the first item
+        with the same identity, else nowhere.
+        """
         if not self._nudges:
             return items
-        after: dict[str, list[dict[str, Any]]] = {}
+        keys = [_item_key(item) for item in items]
+        after: dict[int, list[dict[str, Any]]] = {}
         for nudge in self._nudges:
-            after.setdefault(nudge.anchor, []).append(nudge.item)
+            if nudge.position < len(keys) and keys[nudge.position] == nudge.anchor:
+                after.setdefault(nudge.position, []).append(nudge.item)
+            elif nudge.anchor in keys:
+                after.setdefault(keys.index(nudge.anchor), []).append(nudge.item)
         merged: list[Any] = []
-        for item in items:
+        for position, item in enumerate(items):
             merged.append(item)
-            merged.extend(after.get(_item_key(item), ()))
+            merged.extend(after.get(position, ()))
         return merged
 
     def _act(self, verdict: Verdict) -> None:
