@@ -5,9 +5,10 @@ so what the agent waits for is the whole cold start: the interpreter, the import
 session state read and written, one tracker step. This script prepares a session as a
 real one would leave it (a transcript and a state file after `WARMUP_CALLS` tool calls),
 then runs each event `RUNS` times the way Claude Code does (a fresh process, the event on
-stdin) and prints the median wall time, next to a bare ``python -c pass`` for scale. It
-also times the same events in process (`handle_payload`): the hook's own work per call,
-without the process start.
+stdin) and prints the median wall time and CPU time (user + system: about the wall time
+on an idle machine), next to a bare ``python -c pass`` for scale. It also times the same
+events in process (`handle_payload`): the hook's own work per call, without the process
+start. POSIX only (it reads the children's CPU time with ``resource``).
 
 Run from the repository root:  .venv/bin/python evals/bench_hook.py [--runs 20]
 """
@@ -17,12 +18,14 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import shutil
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -82,16 +85,29 @@ def _session(tmp: Path) -> tuple[Path, Path, dict[str, dict[str, Any]]]:
     return transcript, state, events
 
 
-def _cold(command: list[str], payload: bytes, runs: int) -> float:
-    """Median seconds of ``runs`` fresh processes fed ``payload`` on stdin."""
-    times = []
+def _children_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def _cold(
+    command: list[str], payload: bytes, runs: int, reset: Callable[[], None] | None = None
+) -> tuple[float, float]:
+    """Median wall and CPU (user + system) seconds of ``runs`` fresh processes fed
+    ``payload`` on stdin; ``reset`` runs before each, untimed. CPU time is about what the
+    hook costs on an idle machine; wall time is what the agent waited on this one."""
+    walls, cpus = [], []
     for _ in range(runs):
+        if reset is not None:
+            reset()
+        cpu = _children_cpu()
         start = time.perf_counter()
         proc = subprocess.run(command, input=payload, capture_output=True, env=_env())
-        times.append(time.perf_counter() - start)
+        walls.append(time.perf_counter() - start)
+        cpus.append(_children_cpu() - cpu)
         if proc.returncode != 0 or proc.stderr:
             raise SystemExit(f"{command[0]} failed: {proc.stderr.decode()[:300]}")
-    return statistics.median(times)
+    return statistics.median(walls), statistics.median(cpus)
 
 
 def main() -> None:
@@ -103,8 +119,15 @@ def main() -> None:
     tmp = Path(tempfile.mkdtemp(prefix="bench-hook-"))
     try:
         _, state, events = _session(tmp)
-        bare = _cold([str(PYTHON), "-c", "pass"], b"", args.runs)
-        print(f"python -c pass                                median {bare * 1000:6.0f} ms")
+        saved = tmp / "saved"
+
+        def reset() -> None:
+            # Each run starts from the same saved state, as the next real call would.
+            shutil.rmtree(saved, ignore_errors=True)
+            shutil.copytree(state, saved)
+
+        wall, cpu = _cold([str(PYTHON), "-c", "pass"], b"", args.runs)
+        print(f"{'python -c pass':58} wall {wall * 1000:5.0f} ms  cpu {cpu * 1000:5.0f} ms")
         commands = {
             "loop-judge hook claude-code": [str(LOOP_JUDGE), "hook", "claude-code"],
             "python -m judge.integrations.claude_code": [
@@ -113,24 +136,19 @@ def main() -> None:
         }  # fmt: skip
         for label, command in commands.items():
             for name, event in events.items():
-                # Each run starts from the same saved state, as the next real call would.
-                saved = tmp / "saved"
-                shutil.copytree(state, saved, dirs_exist_ok=True)
                 payload = json.dumps(event).encode()
-                median = _cold([*command, "--state-dir", str(saved)], payload, args.runs)
-                print(f"{label:45} {name:12} median {median * 1000:6.0f} ms")
+                argv = [*command, "--state-dir", str(saved)]
+                wall, cpu = _cold(argv, payload, args.runs, reset)
+                print(f"{label:45} {name:12} wall {wall * 1000:5.0f} ms  cpu {cpu * 1000:5.0f} ms")
         for name, event in events.items():
-            saved = tmp / "in-process"
             times = []
             for _ in range(IN_PROCESS_RUNS):
-                shutil.rmtree(saved, ignore_errors=True)
-                shutil.copytree(state, saved)
+                reset()
                 start = time.perf_counter()
                 handle_payload(event, state_dir=saved)
                 times.append(time.perf_counter() - start)
             median = statistics.median(times)
-            print(f"in process (handle_payload)                   {name:12} median "
-                  f"{median * 1000:6.1f} ms")  # fmt: skip
+            print(f"{'in process (handle_payload)':45} {name:12} wall {median * 1000:5.1f} ms")
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 

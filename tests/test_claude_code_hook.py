@@ -14,6 +14,7 @@ cases call `handle_payload` in process, which is the same code without the proce
 from __future__ import annotations
 
 import json
+import logging
 import os
 import subprocess
 import sys
@@ -282,6 +283,37 @@ def test_concurrent_hooks_of_one_session_do_not_corrupt_state(tmp_path: Path) ->
     assert state.tracker.stats.turns == 8
 
 
+@pytest.mark.slow
+def test_the_hook_path_imports_no_heavy_module(tmp_path: Path) -> None:
+    """A hook runs on every tool call: litellm (no judge check is due), opentelemetry,
+    numpy and onnxruntime (the semantic detector is off in hooks) stay unimported."""
+    payload = {
+        "session_id": "imports",
+        "transcript_path": str(tmp_path / "none.jsonl"),
+        "hook_event_name": "PostToolUse",
+        "tool_name": "Read",
+        "tool_input": {"file_path": "/a.py"},
+        "tool_use_id": "toolu_1",
+        "tool_response": "print('a')",
+    }
+    for command in (
+        [sys.executable, "-X", "importtime", "-m", "judge.integrations.claude_code"],
+        [sys.executable, "-X", "importtime", "-m", "judge.cli", "hook", "claude-code"],
+    ):
+        proc = subprocess.run(
+            [*command, "--state-dir", str(tmp_path / "state")],
+            input=json.dumps(payload).encode(),
+            capture_output=True,
+            env=_hermetic_env(),
+            timeout=120,
+        )
+        assert proc.returncode == 0 and proc.stdout == b""
+        imported = {line.rsplit("|", 1)[-1].strip() for line in proc.stderr.decode().splitlines()}
+        assert "judge.tracker" in imported  # the measurement itself works
+        heavy = {"litellm", "opentelemetry", "numpy", "onnxruntime"}
+        assert not {name.split(".")[0] for name in imported} & heavy
+
+
 # -- the same code in process: the finer cases ----------------------------------------------
 
 
@@ -344,9 +376,13 @@ def test_stop_in_a_loop_is_blocked_once_never_twice(tmp_path: Path) -> None:
     assert "decision" not in cc.stop(stuck)
 
 
-def test_result_comes_from_the_payload_when_the_transcript_lags(tmp_path: Path) -> None:
+def test_result_comes_from_the_payload_when_the_transcript_lags(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     """The transcript holds no tool lines at all (written late): the payloads alone still
-    catch the repeat, and the late lines, when they come, are not fed twice."""
+    catch the repeat, and the late lines, when they come, are not fed twice. The tracker
+    reads the history the hook hands it as one growing conversation, never a rewrite."""
+    caplog.set_level(logging.INFO, logger="judge.tracker")
     state = tmp_path / "state"
     transcript = tmp_path / "t.jsonl"
     transcript.write_text("")
@@ -372,6 +408,7 @@ def test_result_comes_from_the_payload_when_the_transcript_lags(tmp_path: Path) 
     assert pre.action is Action.WARN and pre.deny_reason is not None
     saved = SessionStore.load(state / "lag.json")
     assert saved is not None and saved.fed == 4 and saved.pending == {}
+    assert "rewritten" not in caplog.text
 
 
 def test_transcript_reading_is_incremental_and_survives_truncation(tmp_path: Path) -> None:

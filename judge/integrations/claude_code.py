@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
 import re
 import sys
@@ -869,6 +870,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def answer_stdin(*, state_dir: str | None = None) -> int:
     """Answer the event on stdin on stdout; returns `EXIT_HOOK` whatever happens."""
+    # The tracker logs loop verdicts; in a hook process nobody reads them, and Python's
+    # last-resort handler would print each on stderr beside our one line.
+    logging.getLogger("judge").addHandler(logging.NullHandler())
     try:
         raw = sys.stdin.buffer.read(MAX_PAYLOAD_BYTES + 1)
         if len(raw) > MAX_PAYLOAD_BYTES:
