@@ -18,6 +18,7 @@ from __future__ import annotations
 import email.utils
 import logging
 import os
+import re
 import threading
 import time
 from collections.abc import Awaitable, Callable
@@ -43,6 +44,7 @@ from judge.errors import (
     JudgeRateLimited,
     JudgeTimeout,
 )
+from judge.llm._http import guarded_client, reply_too_large
 
 logger = logging.getLogger("judge.llm")
 
@@ -57,8 +59,25 @@ BACKOFF_JITTER_S = 0.5
 # Local OpenAI-compatible servers (llama.cpp, vLLM) ignore the key, but the OpenAI SDK
 # refuses to send a request without one.
 PLACEHOLDER_API_KEY = "not-needed"
-# litellm reports a missing key as a 500; it is a configuration error, not an outage.
-_CREDENTIAL_HINTS = ("missing credentials", "api_key client option must be set")
+# litellm reports a missing or wrong key as a 500, or (Gemini) as an APIConnectionError;
+# it is a configuration error, not an outage, and a retry cannot fix it.
+_CREDENTIAL_HINTS = (
+    "missing credentials",
+    "api_key client option must be set",
+    "api key not found",
+    "api key not valid",
+    "invalid api key",
+    "incorrect api key",
+    "invalid x-api-key",
+    "no api key",
+)
+_CREDENTIAL_PATTERN = re.compile(r"missing \w+( \w+)? api[ _]key", re.IGNORECASE)
+# An error stored on a verdict is one line (README: "one line in verdict.errors"): litellm
+# folds a traceback into some messages, which stops at the first of these.
+# The statuses a server answers a missing or rejected key with.
+_AUTH_STATUSES = (401, 403)
+_TRACEBACK_MARKER = "Traceback (most recent call last)"
+MAX_ERROR_CHARS = 500
 # litellm reports a refused or dropped connection as a 500 whose text says so; it is an
 # unreachable endpoint, not a server error, and the verdict should say which.
 _CONNECTION_HINTS = ("connection error", "connection refused", "server disconnected")
@@ -147,6 +166,63 @@ async def load_litellm() -> Any:
     return await anyio.to_thread.run_sync(_import_litellm, abandon_on_cancel=True)
 
 
+# Name of the thread that asks litellm whether a judge model's provider key is set.
+KEY_CHECK_THREAD = "loop-judge-key-check"
+# Models already checked in this process: a missing key is reported once, not per tracker.
+_keys_checked: set[str] = set()
+_keys_lock = threading.Lock()
+
+
+def missing_keys(model: str) -> list[str]:
+    """The variables ``model``'s provider reads its key from, when none of them is set.
+
+    Asks litellm (``validate_environment``), which knows every provider's variables;
+    [] when the key is there or litellm does not know the provider. Imports litellm, so
+    call it off the event loop (`check_keys_in_background`) or from the CLI.
+    """
+    litellm = _import_litellm()
+    try:
+        found = litellm.validate_environment(model=model)
+    except Exception:  # an unknown provider prefix raises inside litellm's lookup
+        return []
+    if found.get("keys_in_environment"):
+        return []
+    return [str(name) for name in found.get("missing_keys") or []]
+
+
+def _warn_missing_keys(models: list[str]) -> None:
+    for model in models:
+        missing = missing_keys(model)
+        if missing:
+            logger.warning(
+                "judge model %s has no API key: none of %s is set, so every judge check "
+                "will fail (heuristics still run); set one, or LOOP_JUDGE_API_KEY, and see "
+                "`loop-judge doctor`",
+                model,
+                ", ".join(missing),
+            )
+
+
+def check_keys_in_background(models: list[str | None]) -> threading.Thread | None:
+    """Warn once per model, soon after a tracker is built, when its provider key is
+    missing, instead of failing silently at the first check (turn 30, or later).
+
+    litellm takes seconds to import, so the check runs in a daemon thread: never on the
+    event loop, never at ``import judge``. Returns the thread (tests join it), or None when
+    every model was checked already.
+    """
+    with _keys_lock:
+        wanted = [m for m in dict.fromkeys(models) if m and m not in _keys_checked]
+        _keys_checked.update(wanted)
+    if not wanted:
+        return None
+    thread = threading.Thread(
+        target=_warn_missing_keys, args=(wanted,), name=KEY_CHECK_THREAD, daemon=True
+    )
+    thread.start()
+    return thread
+
+
 def _header(headers: Any, name: str) -> str | None:
     if headers is None:
         return None
@@ -187,12 +263,49 @@ def _status(exc: BaseException) -> int | None:
     return None
 
 
-def map_exception(exc: Exception, model: str) -> JudgeError:
-    """Translate a litellm/openai/httpx exception into our family, most specific first."""
+def one_line(exc: BaseException) -> str:
+    """``Type: message`` on one line: no folded traceback, no repeated ``litellm.Type:``
+    prefix, whitespace collapsed, at most MAX_ERROR_CHARS."""
+    name = type(exc).__name__
+    message = str(exc).split(_TRACEBACK_MARKER, 1)[0]
+    message = " ".join(message.split())
+    prefixes = (f"litellm.{name}: ", f"{name}: ")
+    while message.startswith(prefixes):  # litellm may add its own prefix more than once
+        message = message.split(": ", 1)[1]
+    return f"{name}: {message}"[:MAX_ERROR_CHARS]
+
+
+def is_credential_error(exc: BaseException) -> bool:
+    """A missing or rejected API key, whatever class litellm raised it as."""
     litellm = _litellm
-    text = f"{type(exc).__name__}: {exc}"[:500]
+    if litellm is not None and isinstance(exc, litellm.AuthenticationError):
+        return True
+    text = str(exc).lower()
+    return any(hint in text for hint in _CREDENTIAL_HINTS) or bool(_CREDENTIAL_PATTERN.search(text))
+
+
+def map_exception(exc: Exception, model: str) -> JudgeError:
+    """Translate a litellm/openai/httpx exception into our family, most specific first.
+
+    Authentication and configuration problems come first: litellm raises a missing Gemini
+    key as an APIConnectionError, which would otherwise be retried as an outage.
+    """
+    litellm = _litellm
+    text = one_line(exc)
     if isinstance(exc, JudgeError):
         return exc
+    too_large = reply_too_large(exc)
+    if too_large is not None:  # a reply we refused to read: retrying brings the same
+        return JudgeOutputError(f"reply refused: {too_large}", model=model)
+    if is_credential_error(exc):
+        # "HTTP 401: " only when a server refused the key; litellm raises a missing Gemini
+        # key itself, with a made-up 500 that must not make it retryable.
+        sent = _status(exc)
+        refused = sent if sent in _AUTH_STATUSES else None
+        said = f"HTTP {refused}: " if refused is not None else ""
+        return JudgeHTTPError(
+            f"{said}no usable API key for {model}: {text}", model=model, status=refused or 401
+        )
     if isinstance(exc, TimeoutError) or (litellm and isinstance(exc, litellm.Timeout)):
         return JudgeTimeout(f"timed out: {text}", model=model)
     if litellm and isinstance(exc, litellm.RateLimitError):
@@ -202,8 +315,6 @@ def map_exception(exc: Exception, model: str) -> JudgeError:
     if litellm and isinstance(exc, litellm.APIConnectionError):
         return JudgeConnectionError(f"connection failed: {text}", model=model)
     status = _status(exc)
-    if any(hint in text.lower() for hint in _CREDENTIAL_HINTS):
-        return JudgeHTTPError(f"no API key for {model}: {text}", model=model, status=401)
     if status == 500 and any(hint in text.lower() for hint in _CONNECTION_HINTS):
         return JudgeConnectionError(f"connection failed: {text}", model=model)
     if status == 429:
@@ -295,7 +406,7 @@ class LiteLLMClient:
         """The client a `TrackerConfig` describes (endpoint, key, timeout, retries): the one
         place both the tracker and the eval CLI build it."""
         key = config.api_key.get_secret_value() if config.api_key else None
-        return cls(
+        client = cls(
             api_base=config.api_base,
             api_key=key,
             timeout_s=config.timeout_s,
@@ -303,6 +414,11 @@ class LiteLLMClient:
             max_retry_after_s=config.max_retry_after_s,
             sleep=sleep,
         )
+        if key is None and config.api_base is None:
+            # With its own key or endpoint the caller chose the auth; else the provider's
+            # variables must be set, and a missing one is said now, once.
+            client.key_check = check_keys_in_background([config.fast_model, config.confirm_model])
+        return client
 
     def __init__(
         self,
@@ -320,6 +436,8 @@ class LiteLLMClient:
         self.max_retries = max_retries
         self.max_retry_after_s = max_retry_after_s
         self._sleep: Sleep = sleep or anyio.sleep
+        # The background key check `from_config` started, if any (see check_keys_in_background).
+        self.key_check: threading.Thread | None = None
         # model -> index into FORMAT_MODES that the endpoint accepted or we fell back to
         self._format_mode: dict[str, int] = {}
 
@@ -413,6 +531,12 @@ class LiteLLMClient:
             kwargs["api_key"] = self._api_key
         elif self.api_base and model.startswith("openai/") and not os.environ.get("OPENAI_API_KEY"):
             kwargs["api_key"] = PLACEHOLDER_API_KEY
+        # No redirects, a bounded reply (judge/llm/_http.py); one client per call.
+        guarded = await guarded_client(
+            litellm, model, api_base=self.api_base, api_key=kwargs.get("api_key"), timeout=timeout
+        )
+        if guarded is not None:
+            kwargs["client"] = guarded.client
         try:
             with anyio.fail_after(timeout + WATCHDOG_GRACE_S):
                 response = await litellm.acompletion(**kwargs)
@@ -428,6 +552,10 @@ class LiteLLMClient:
                 )
                 err.format_rejected = True  # type: ignore[attr-defined]
             raise err from exc
+        finally:
+            if guarded is not None:
+                with anyio.CancelScope(shield=True):
+                    await guarded.aclose()
         return self._reply(litellm, response, model, attempt)
 
     @staticmethod
