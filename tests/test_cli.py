@@ -181,13 +181,13 @@ def test_eval_exits_1_when_a_trajectory_crashes(
     assert "tracker bug" in capsys.readouterr().out
 
 
-@pytest.mark.slow  # six interpreter starts
+@pytest.mark.slow  # seven interpreter starts
 def test_help_works_with_docstrings_stripped() -> None:
     """``python -OO`` strips docstrings; the CLI must not build its help from them."""
     import subprocess
     import sys
 
-    for args in ([], ["eval"], ["check"], ["import"], ["serve"], ["demo"]):
+    for args in ([], ["eval"], ["check"], ["import"], ["serve"], ["demo"], ["doctor"]):
         done = subprocess.run(
             [sys.executable, "-OO", "-m", "judge.cli", *args, "--help"],
             capture_output=True,

@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from pydantic import ValidationError
 from rich.console import Console
 
-from judge.cli import check, demo, evaluate, hook, importer, serve
+from judge.cli import check, demo, doctor, evaluate, hook, importer, serve
 from judge.cli.check import EXIT_NO_LOOP, EXIT_STOP, EXIT_WARN
 from judge.cli.demo import DEMO_FILE
 from judge.cli.eval_plan import (
@@ -69,7 +69,7 @@ DESCRIPTION = "The ``loop-judge`` command line. The only module that imports ric
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="loop-judge", description=DESCRIPTION)
     sub = parser.add_subparsers(dest="command", required=True)
-    for command in (demo, evaluate, importer, serve, check, hook):
+    for command in (demo, evaluate, importer, serve, check, hook, doctor):
         command.add_parser(sub)
     return parser
 
