@@ -30,7 +30,7 @@ from pydantic_ai.models.function import AgentInfo, FunctionModel
 
 from judge import LoopDetected, TrackerConfig
 from judge.integrations.pydantic_ai import METADATA_KEY, LoopJudge, to_chat_messages
-from judge.service.store import MemoryStore, StoreUnavailable
+from judge.service.store import StoreUnavailable
 from judge.tracker import LoopTracker
 
 pytestmark = pytest.mark.anyio
@@ -140,10 +140,8 @@ async def test_a_productive_agent_is_never_touched() -> None:
             return ModelResponse(parts=[TextPart("all converted")])
         return ModelResponse(parts=[ToolCallPart(TOOL, {"amount": done})])
 
-    store = MemoryStore(TrackerConfig())
-    agent: Agent[None, str] = Agent(
-        FunctionModel(productive), capabilities=[LoopJudge(store=store)]
-    )
+    capability = LoopJudge(config=TrackerConfig())
+    agent: Agent[None, str] = Agent(FunctionModel(productive), capabilities=[capability])
 
     @agent.tool_plain
     def convert_currency(amount: int) -> str:
@@ -154,8 +152,9 @@ async def test_a_productive_agent_is_never_touched() -> None:
     assert result.output == "all converted"
     assert _recoveries(result.all_messages()) == []
     # The tracker really judged every request of this conversation.
-    async with store.session(result.conversation_id, readonly=True) as tracker:
-        assert tracker.turn == turns + 1
+    tracker = capability.tracker(result.conversation_id)
+    assert tracker is not None and tracker.turn == turns + 1
+    assert tracker.stats.detections == 0
 
 
 async def test_a_conversation_continued_in_a_later_run_keeps_its_ladder() -> None:

@@ -1,11 +1,11 @@
 """What every framework integration does with a turn, whatever the framework.
 
 Each integration converts its framework's messages to chat dicts and then needs the same
-things: the tracker of the conversation it is in (one per session, from a `SessionStore`, so
-concurrent conversations of one agent never share a tracker), a verdict that never crashes
-the agent for our own trouble, the rule that says which verdict actions are told to the
-model and which end the run, and a conversion that costs only the new messages. They live
-here, once, in `Sessions`.
+things: the tracker of the conversation it is in (one per session, so concurrent
+conversations of one agent never share a tracker), a verdict that never crashes the agent
+for our own trouble, the rule that says which verdict actions are told to the model and
+which end the run, and a conversion that costs only the new messages. They live here,
+once, in `Sessions`.
 """
 
 from __future__ import annotations
@@ -19,7 +19,8 @@ from typing import Any, Generic, TypeVar
 from judge.config import TrackerConfig
 from judge.errors import LoopJudgeError
 from judge.llm._litellm import LLMClient
-from judge.service.store import MemoryStore, SessionStore
+from judge.service.store import SessionStore
+from judge.tracker import LoopTracker
 from judge.verdict import Action, Verdict
 
 # Verdict actions whose recovery message goes to the model, which keeps working: a warning,
@@ -30,25 +31,32 @@ TELL_ACTIONS = frozenset({Action.WARN, Action.ASK_USER})
 STOP_ACTIONS = frozenset({Action.STOP})
 # The session used when the framework names no conversation: one tracker for the agent.
 DEFAULT_SESSION = "default"
-# Conversations whose converted history (and loop record) one integration keeps; older ones
-# are converted from scratch if they come back. A converted message is a few hundred bytes.
-MAX_CACHED_SESSIONS = 1_024
+# Conversations one integration keeps in memory (tracker, converted history, loop record),
+# least recently used forgotten: the sidecar's own default (judge.service.settings). A
+# forgotten conversation that comes back starts a fresh tracker on its whole history.
+MAX_SESSIONS = 10_000
 
 SourceT = TypeVar("SourceT")
 Convert = Callable[[SourceT], list[dict[str, Any]]]
 
 
 @dataclass
-class _Converted(Generic[SourceT]):
-    """One session's framework messages and their chat dicts, message by message."""
+class _Session(Generic[SourceT]):
+    """One conversation: its tracker (unless a store keeps it), its framework messages and
+    their chat dicts message by message, and whether it was ever found looping."""
 
+    tracker: LoopTracker | None = None
     sources: list[SourceT] = field(default_factory=list)
     chunks: list[list[dict[str, Any]]] = field(default_factory=list)
-    looped: bool = False  # a loop verdict was given in this session
+    looped: bool = False
 
 
 class Sessions(Generic[SourceT]):
     """The trackers of one integration's conversations, and the glue around each turn.
+
+    Trackers live here, in this process, unless a `SessionStore` is given (a
+    `judge.service.RedisStore` shares them between replicas): a live tracker needs no lock
+    of ours, as its own serializes overlapping turns, and costs no event-loop round trip.
 
     Conversion is incremental: a framework hands over its whole history every call, but
     the messages before the last one it handed over last time are the same objects (the
@@ -57,36 +65,37 @@ class Sessions(Generic[SourceT]):
     to it in place.
     """
 
-    def __init__(self, store: SessionStore, convert: Convert[SourceT], logger: logging.Logger):
-        self.store = store
-        self._convert = convert
-        self._logger = logger
-        self._cache: OrderedDict[str, _Converted[SourceT]] = OrderedDict()
-
-    @classmethod
-    def build(
-        cls,
+    def __init__(
+        self,
         convert: Convert[SourceT],
         logger: logging.Logger,
         *,
-        store: SessionStore | None,
-        config: TrackerConfig | None,
-        judge_client: LLMClient | None,
-    ) -> Sessions[SourceT]:
-        """With ``store``, or by default trackers in this process (the sidecar's LRU)."""
-        if store is None:
-            store = MemoryStore(config, judge_client=judge_client)
-        return cls(store, convert, logger)
+        store: SessionStore | None = None,
+        config: TrackerConfig | None = None,
+        judge_client: LLMClient | None = None,
+    ) -> None:
+        self.store = store
+        # Read once (LOOP_JUDGE_* when None), shared by every conversation's tracker.
+        self._config = config if config is not None else TrackerConfig()
+        self._client = judge_client
+        self._convert = convert
+        self._logger = logger
+        self._sessions: OrderedDict[str, _Session[SourceT]] = OrderedDict()
 
-    def _entry(self, session: str) -> _Converted[SourceT]:
-        entry = self._cache.get(session)
+    def _entry(self, session: str) -> _Session[SourceT]:
+        entry = self._sessions.get(session)
         if entry is None:
-            entry = self._cache[session] = _Converted()
-            while len(self._cache) > MAX_CACHED_SESSIONS:
-                self._cache.popitem(last=False)
+            entry = self._sessions[session] = _Session()
+            while len(self._sessions) > MAX_SESSIONS:
+                self._sessions.popitem(last=False)
         else:
-            self._cache.move_to_end(session)
+            self._sessions.move_to_end(session)
         return entry
+
+    def tracker(self, session: str) -> LoopTracker | None:
+        """The live tracker of ``session`` (None when unknown, or kept by a store)."""
+        entry = self._sessions.get(session)
+        return entry.tracker if entry is not None else None
 
     def history(self, session: str, messages: Sequence[SourceT]) -> list[dict[str, Any]]:
         """``messages`` as chat dicts, converting only what this session has not seen."""
@@ -110,14 +119,20 @@ class Sessions(Generic[SourceT]):
         tracker records them on the verdict); cancellation propagates.
         """
         history = self.history(session, messages)
+        entry = self._entry(session)
         try:
-            async with self.store.session(session) as tracker:
-                verdict = await tracker.turn_started(history)
+            if self.store is None:
+                if entry.tracker is None:
+                    entry.tracker = LoopTracker(self._config, client=self._client)
+                verdict = await entry.tracker.turn_started(history)
+            else:
+                async with self.store.session(session) as tracker:
+                    verdict = await tracker.turn_started(history)
         except LoopJudgeError as exc:
             self._logger.warning("loop-judge skipped a turn of session %s: %s", session, exc)
             return None
         if verdict:
-            self._entry(session).looped = True
+            entry.looped = True
         return verdict
 
     async def preflight(self, session: str, name: str, arguments: Any) -> Verdict | None:
@@ -128,10 +143,14 @@ class Sessions(Generic[SourceT]):
         a session with no loop on record skips it (and the store) entirely. Read-only: it
         counts no turn and takes no lock. None when clean or on our own trouble.
         """
-        entry = self._cache.get(session)
+        entry = self._sessions.get(session)
         if entry is None or not entry.looped:
             return None
         try:
+            if entry.tracker is not None:
+                return entry.tracker.check_call(name, arguments)
+            if self.store is None:
+                return None
             async with self.store.session(session, readonly=True) as tracker:
                 return tracker.check_call(name, arguments)
         except LoopJudgeError as exc:

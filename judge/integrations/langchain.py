@@ -253,10 +253,9 @@ class LoopJudgeMiddleware(AgentMiddleware[LoopJudgeState, Any, Any]):
         super().__init__()
         if exit_behavior not in _EXIT_BEHAVIORS:
             raise ValueError(f"exit_behavior must be 'end' or 'error', got {exit_behavior!r}")
-        self._sessions = Sessions.build(
+        self._sessions = Sessions(
             _chat, logger, store=store, config=config, judge_client=judge_client
         )
-        self.store: SessionStore = self._sessions.store
         self.exit_behavior: ExitBehavior = exit_behavior
         self._portal = _Portal()
         weakref.finalize(self, self._portal.close)

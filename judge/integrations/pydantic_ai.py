@@ -64,6 +64,7 @@ from judge.integrations._session_turns import (
 )
 from judge.llm._litellm import LLMClient
 from judge.service.store import SessionStore
+from judge.tracker import LoopTracker
 from judge.verdict import Verdict
 
 __all__ = ["METADATA_KEY", "LoopJudge", "to_chat_messages"]
@@ -234,10 +235,14 @@ class LoopJudge(AbstractCapability[Any]):
     _sessions: Sessions[ModelMessage] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        self._sessions = Sessions.build(
+        self._sessions = Sessions(
             _chat, logger, store=self.store, config=self.config, judge_client=self.judge_client
         )
-        self.store = self._sessions.store
+
+    def tracker(self, conversation_id: str) -> LoopTracker | None:
+        """The tracker of a conversation (``result.conversation_id``): its stats, overrides,
+        ladder. None when unknown, or when a ``store`` keeps the trackers."""
+        return self._sessions.tracker(conversation_id)
 
     @classmethod
     def get_serialization_name(cls) -> str | None:
