@@ -6,13 +6,16 @@ script runs the same productive agent (distinct tool calls, distinct results: no
 flag, so what is timed is the steady state, not escalation) on the framework's own fake
 model twice, bare and with loop-judge, alternating the two in one process so machine load
 hits both alike, and prints per model call: the bare run's cost, the judged run's cost,
-the difference, and their ratio. Heuristics only; no network.
+the difference, their ratio, and the time spent inside loop-judge's hooks (timed around
+them, so it does not drown in the run-to-run noise of the difference). Heuristics only;
+no network.
 
 Run from the repository root:  .venv/bin/python evals/bench_integrations.py
 
 Adding a framework: write ``bench_<name>(turns) -> Pair`` that returns two zero-argument
 coroutine functions (one agent run each: bare, judged) and the model calls one run makes,
-then list it in `BENCHES`.
+and optionally a `Stopwatch` the judged agent's hooks run under; then list it in
+`BENCHES`.
 """
 
 from __future__ import annotations
@@ -21,7 +24,6 @@ import argparse
 import copy
 import gc
 import json
-import statistics
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -34,8 +36,8 @@ from judge import TrackerConfig
 # Tool calls per agent run (each a model call; one more model call gives the answer):
 # a short task, and a long one whose history the integration converts on every call.
 TURNS = (10, 50)
-# Bare and judged runs per measurement, alternated; the median run is reported, which
-# shrugs off one run disturbed by the garbage collector or another process.
+# Bare and judged runs per measurement, rotated; the fastest run of each is reported (as
+# timeit advises): on a shared machine every slower run measures the neighbours' load.
 ROUNDS = 15
 # Runs of each variant before timing: imports, caches, the first tracker's set-up.
 WARMUP = 2
@@ -46,19 +48,29 @@ PROMPT = "Refactor every module in src/ to use the new API."
 Run = Callable[[], Awaitable[object]]
 
 
+class Stopwatch:
+    """Time spent inside loop-judge's hooks, summed over a run."""
+
+    def __init__(self) -> None:
+        self.spent_ns = 0
+
+    async def time(self, work: Awaitable[Any]) -> Any:
+        started = time.perf_counter_ns()
+        try:
+            return await work
+        finally:
+            self.spent_ns += time.perf_counter_ns() - started
+
+
 @dataclass(frozen=True)
 class Pair:
-    """One framework's agent run, bare and with loop-judge, and its model calls per run.
-
-    ``hooked`` (optional) is the run with the same extension points loop-judge uses, doing
-    nothing: the difference to ``bare`` is the framework's own price for a hook, the rest
-    of ``judged`` is ours (conversion, tracker, store).
-    """
+    """One framework's agent run, bare and with loop-judge, and its model calls per run;
+    ``hooks`` (optional) is the stopwatch the judged run's loop-judge hooks run under."""
 
     bare: Run
     judged: Run
     model_calls: int
-    hooked: Run | None = None
+    hooks: Stopwatch | None = None
 
 
 @dataclass(frozen=True)
@@ -67,16 +79,11 @@ class Row:
     turns: int
     bare_us: float
     judged_us: float
-    hooked_us: float | None = None
+    in_hooks_us: float | None = None
 
     @property
     def overhead_us(self) -> float:
         return self.judged_us - self.bare_us
-
-    @property
-    def ours_us(self) -> float | None:
-        """What loop-judge itself adds, beyond the framework's price for a no-op hook."""
-        return None if self.hooked_us is None else self.judged_us - self.hooked_us
 
     @property
     def ratio(self) -> float:
@@ -101,23 +108,25 @@ def _output(tool: str, path: str) -> str:
 def bench_pydantic_ai(turns: int) -> Pair:
     """`judge.integrations.pydantic_ai.LoopJudge` on pydantic-ai's `FunctionModel`."""
     from pydantic_ai import Agent
-    from pydantic_ai.capabilities import AbstractCapability
     from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCallPart
     from pydantic_ai.models.function import AgentInfo, FunctionModel
     from pydantic_ai.usage import UsageLimits
 
     from judge.integrations.pydantic_ai import LoopJudge
 
-    class NoOp(AbstractCapability[Any]):
-        """The hooks LoopJudge uses, doing nothing."""
+    hooks = Stopwatch()
+
+    class Timed(LoopJudge):
+        """LoopJudge, its hooks timed."""
 
         async def before_model_request(self, ctx: Any, request_context: Any) -> Any:
-            return request_context
+            return await hooks.time(super().before_model_request(ctx, request_context))
 
         async def before_tool_execute(
             self, ctx: Any, *, call: Any, tool_def: Any, args: Any
         ) -> Any:
-            return args
+            work = super().before_tool_execute(ctx, call=call, tool_def=tool_def, args=args)
+            return await hooks.time(work)
 
     def model(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
         step = sum(isinstance(m, ModelResponse) for m in messages)
@@ -132,14 +141,13 @@ def bench_pydantic_ai(turns: int) -> Pair:
             built.tool_plain(name=tool)(_pydantic_tool(tool))
         return built
 
-    bare, judged = agent([]), agent([LoopJudge(config=_config())])
-    hooked = agent([NoOp()])
+    bare, judged = agent([]), agent([Timed(config=_config())])
     limits = UsageLimits(request_limit=turns + 1)  # the default (50) is below the long run
     return Pair(
         lambda: bare.run(PROMPT, usage_limits=limits),
         lambda: judged.run(PROMPT, usage_limits=limits),
         turns + 1,
-        lambda: hooked.run(PROMPT, usage_limits=limits),
+        hooks,
     )
 
 
@@ -153,7 +161,7 @@ def _pydantic_tool(tool: str) -> Callable[[str], str]:
 def bench_langchain(turns: int) -> Pair:
     """`judge.integrations.langchain.LoopJudgeMiddleware` on `create_agent` with a fake model."""
     from langchain.agents import create_agent
-    from langchain.agents.middleware import AgentMiddleware, hook_config
+    from langchain.agents.middleware import hook_config
     from langchain_core.language_models.fake_chat_models import FakeMessagesListChatModel
     from langchain_core.messages import AIMessage, BaseMessage
     from langchain_core.outputs import ChatGeneration, ChatResult
@@ -161,15 +169,31 @@ def bench_langchain(turns: int) -> Pair:
 
     from judge.integrations.langchain import LoopJudgeMiddleware
 
-    class NoOp(AgentMiddleware[Any, Any, Any]):
-        """The hooks LoopJudgeMiddleware uses, doing nothing."""
+    hooks = Stopwatch()
+
+    class Timed(LoopJudgeMiddleware):
+        """LoopJudgeMiddleware, its hooks timed (the tool's own run left out)."""
 
         @hook_config(can_jump_to=["end"])
         async def abefore_model(self, state: Any, runtime: Any) -> dict[str, Any] | None:
-            return None
+            result: dict[str, Any] | None = await hooks.time(super().abefore_model(state, runtime))
+            return result
 
         async def awrap_tool_call(self, request: Any, handler: Any) -> Any:
-            return await handler(request)
+            tool_ns = 0
+
+            async def run_tool(req: Any) -> Any:
+                nonlocal tool_ns
+                started = time.perf_counter_ns()
+                try:
+                    return await handler(req)
+                finally:
+                    tool_ns += time.perf_counter_ns() - started
+
+            try:
+                return await hooks.time(super().awrap_tool_call(request, run_tool))
+            finally:
+                hooks.spent_ns -= tool_ns
 
     class ScriptedFake(FakeMessagesListChatModel):
         """LangChain's fake, able to bind tools, calling a new tool on each step."""
@@ -194,15 +218,14 @@ def bench_langchain(turns: int) -> Pair:
     ]
     model = ScriptedFake(responses=[AIMessage("unused")])
     bare = create_agent(model, tools=tools)
-    judged = create_agent(model, tools=tools, middleware=[LoopJudgeMiddleware(_config())])
-    hooked = create_agent(model, tools=tools, middleware=[NoOp()])
+    judged = create_agent(model, tools=tools, middleware=[Timed(_config())])
     prompt = {"messages": [{"role": "user", "content": PROMPT}]}
     limit = {"recursion_limit": 4 * turns + 10}
     return Pair(
         lambda: bare.ainvoke(prompt, limit),
         lambda: judged.ainvoke(prompt, limit),
         turns + 1,
-        lambda: hooked.ainvoke(prompt, limit),
+        hooks,
     )
 
 
@@ -378,20 +401,26 @@ async def _timed(run: Run) -> float:
 
 async def measure(framework: str, turns: int, rounds: int) -> Row:
     pair = BENCHES[framework](turns)
-    runs = [pair.bare, pair.judged] + ([pair.hooked] if pair.hooked is not None else [])
     for _ in range(WARMUP):
-        for run in runs:
-            await run()
-    times: list[list[float]] = [[] for _ in runs]
+        await pair.bare()
+        await pair.judged()
+    bare: list[float] = []
+    judged: list[float] = []
+    in_hooks: list[float] = []
     for i in range(rounds):
         gc.collect()
-        # Rotate which goes first, so none always runs on a warmer cache.
-        for k in range(len(runs)):
-            j = (i + k) % len(runs)
-            times[j].append(await _timed(runs[j]))
-    per_call = [statistics.median(t) / pair.model_calls for t in times]
-    hooked = per_call[2] if len(per_call) > 2 else None
-    return Row(framework, turns, per_call[0], per_call[1], hooked)
+        # Alternate which goes first, so neither always runs on a warmer cache.
+        if i % 2:
+            bare.append(await _timed(pair.bare))
+        before = pair.hooks.spent_ns if pair.hooks else 0
+        judged.append(await _timed(pair.judged))
+        if pair.hooks is not None:
+            in_hooks.append((pair.hooks.spent_ns - before) / 1_000)
+        if not i % 2:
+            bare.append(await _timed(pair.bare))
+    calls = pair.model_calls
+    hooks = min(in_hooks) / calls if in_hooks else None
+    return Row(framework, turns, min(bare) / calls, min(judged) / calls, hooks)
 
 
 async def main(frameworks: list[str], turns: tuple[int, ...], rounds: int, as_json: bool) -> None:
@@ -413,7 +442,6 @@ async def main(frameworks: list[str], turns: tuple[int, ...], rounds: int, as_js
                     {
                         **r.__dict__,
                         "overhead_us": r.overhead_us,
-                        "ours_us": r.ours_us,
                         "ratio": r.ratio,
                     }
                     for r in rows
@@ -421,17 +449,17 @@ async def main(frameworks: list[str], turns: tuple[int, ...], rounds: int, as_js
             )
         )
         return
-    print("per model call, median of", rounds, "runs each, heuristics only")
-    print("  +us: judged - bare; ours: judged - the same hooks doing nothing (where measured)")
+    print("per model call, fastest of", rounds, "runs each, heuristics only")
+    print("  +us: judged - bare; in hooks: timed inside loop-judge's hooks (where measured)")
     print(
         f"{'framework':<14}{'calls/run':>10}{'bare us':>10}{'judged us':>11}{'+us':>8}"
-        f"{'ours us':>9}{'ratio':>7}"
+        f"{'ratio':>7}{'in hooks us':>13}"
     )
     for r in rows:
-        ours = "-" if r.ours_us is None else f"{r.ours_us:.0f}"
+        hooks = "-" if r.in_hooks_us is None else f"{r.in_hooks_us:.0f}"
         print(
             f"{r.framework:<14}{r.turns + 1:>10}{r.bare_us:>10.0f}{r.judged_us:>11.0f}"
-            f"{r.overhead_us:>8.0f}{ours:>9}{r.ratio:>7.2f}"
+            f"{r.overhead_us:>8.0f}{r.ratio:>7.2f}{hooks:>13}"
         )
 
 
