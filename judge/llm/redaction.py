@@ -169,7 +169,7 @@ _PLACEHOLDERS = _wordset(
     "null none nil true false undefined redacted changeme change_me example xxxx string"
 )
 
-_CALL = re.compile(r"[A-Za-z_][\w.]*[(\[]")
+_ENV_CODE = re.compile(r"[a-z_][a-z_.]{1,60}[(\[]")
 _WORD = re.compile(r"[A-Z]+(?=[A-Z][a-z])|[A-Z]?[a-z]+|[A-Z]+|\d+")
 
 
@@ -375,7 +375,7 @@ _HEADER_ASSIGN = rf"{_Q}[ \t]*[:=][ \t]*{_Q}"
 # Step one finds a key and its assignment only; the value is read (step two) only when the
 # key names a secret, so a long run of harmless "a=b=c=..." costs one short match per pair.
 _ASSIGNMENT = re.compile(
-    rf"(?<![A-Za-z0-9_.\-])(?:--)?{_Q}(?P<key>[A-Za-z][A-Za-z0-9_.\-]{{0,{_KEY_MAX}}}){_Q}"
+    rf"(?<![A-Za-z0-9_.\-])(?:--)?{_Q}(?P<key>[A-Za-z_][A-Za-z0-9_.\-]{{0,{_KEY_MAX}}}){_Q}"
     r"(?P<assign>[ \t]*(?::=|=>|[:=])[ \t]*)(?=\\?[\"']|[^\s\"'`\\<>])"
 )
 _QUOTED_VALUE = re.compile(rf"\\?[\"'](?P<value>[^\"'\n\\]{{1,{_VALUE_MAX}}})")
@@ -410,7 +410,11 @@ def _resolve_assignment(m: re.Match[str]) -> tuple[list[Span], int]:
         follows = text[end : end + 1]
         if env_style:
             value = value.rstrip(",;")
-            code = _CALL.match(value) is not None and value.endswith(")")
+            # API_KEY=os.getenv(...), SECRET=settings.secret: lowercase names, no digits,
+            # which a generated key almost never starts with.
+            code = _ENV_CODE.match(value) is not None or (
+                _is_dotted_name(value) and value.islower()
+            )
         else:
             code = follows in ("(", "[") or _is_dotted_name(value)
             if ":" in m.group("assign"):
@@ -476,7 +480,7 @@ def _resolve_cookie(m: re.Match[str]) -> tuple[list[Span], int]:
 
 _COMMAND = re.compile(
     r"(?<![\w./-])(?P<cmd>curl|wget|mysql|mysqldump|mysqladmin|mariadb|docker|podman|nerdctl"
-    r"|helm|oras|skopeo|sshpass|twine|htpasswd)(?![\w.-])"
+    r"|helm|oras|skopeo|sshpass|twine|htpasswd|redis-cli|mongo|mongosh|sqlcmd|openssl)(?![\w.-])"
     rf"(?P<args>[^\n\r]{{0,{_COMMAND_MAX}}})"
 )
 _TOKEN = re.compile(r"\S+")
@@ -484,7 +488,15 @@ _TOKEN = re.compile(r"\S+")
 _COMMAND_ENDS = frozenset({"|", "||", "&&", ";", ">", ">>", "<", "2>", "&"})
 _QUOTES = "\"'\\"
 _MYSQL = frozenset({"mysql", "mysqldump", "mysqladmin", "mariadb"})
+# Their -p means a password only after "login" ("docker run -p 8080:80" publishes a port).
 _REGISTRY_LOGIN = frozenset({"docker", "podman", "nerdctl", "helm", "oras"})
+# Flags whose next word is the password, per command.
+_PASSWORD_FLAGS: dict[str, frozenset[str]] = {
+    **{cmd: frozenset({"-p", "--password"}) for cmd in _REGISTRY_LOGIN},
+    **{cmd: frozenset({"-p", "--password"}) for cmd in ("sshpass", "twine", "mongo", "mongosh")},
+    "redis-cli": frozenset({"-a", "--pass"}),
+    "sqlcmd": frozenset({"-P"}),
+}
 
 
 def _core(token: str, offset: int) -> tuple[int, int]:
@@ -548,10 +560,17 @@ def _resolve_command(m: re.Match[str]) -> tuple[list[Span], int]:
         elif cmd in _MYSQL and word.startswith("-p") and len(word) > 2:
             secret = word[2:]
             found = None if _is_placeholder(secret) else ("command_password", s + 2, e)
-        elif word in ("-p", "--password") and (
-            cmd in ("sshpass", "twine") or (cmd in _REGISTRY_LOGIN and login)
-        ):
+        elif word in _PASSWORD_FLAGS.get(cmd, ()) and (cmd not in _REGISTRY_LOGIN or login):
             found = value_at(i + 1)
+        elif cmd == "openssl" and word in ("-passin", "-passout", "-pass", "-k"):
+            nxt = value_at(i + 1)
+            if nxt is not None:
+                # "pass:SECRET" hides what follows the colon; env:VAR and file:PATH name none.
+                value = text[nxt[1] : nxt[2]]
+                if value.startswith("pass:"):
+                    found = ("command_password", nxt[1] + 5, nxt[2]) if len(value) > 5 else None
+                elif ":" not in value:
+                    found = nxt
         elif cmd == "sshpass" and word.startswith("-p") and len(word) > 2:
             found = ("command_password", s + 2, e)
         elif cmd == "skopeo" and word.endswith("creds"):
@@ -645,7 +664,21 @@ def _builtin_rules() -> tuple[_Rule, ...]:
         _ResolvedRule(
             "command_password",
             _COMMAND,
-            ("curl", "wget", "mysql", "mariadb", "login", "sshpass", "twine", "htpasswd", "creds"),
+            (
+                "curl",
+                "wget",
+                "mysql",
+                "mariadb",
+                "login",
+                "sshpass",
+                "twine",
+                "htpasswd",
+                "creds",
+                "redis-cli",
+                "mongo",
+                "sqlcmd",
+                "openssl",
+            ),
             _resolve_command,
         ),
         _PatternRule(

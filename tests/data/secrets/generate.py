@@ -409,6 +409,24 @@ FORMATS: list[Format] = [
     ),
     Format("netrc", pair("machine api.acme.dev login {u} password {s}", USERS, password)),
     Format("htpasswd_cli", pair("htpasswd -b -c .htpasswd {u} {s}", USERS, password)),
+    Format("redis_cli_auth", pair("redis-cli -h cache -a {s} --user {u} ping", USERS, password)),
+    Format(
+        "openssl_passin",
+        pair("openssl rsa -in {u}.key -passin pass:{s} -out plain.key", USERS, password),
+    ),
+    Format(
+        "npmrc_legacy_token",
+        bare(
+            "//registry.npmjs.org/:_authToken={s}",
+            token(
+                "{a}-{b}-{c}-{d}-{e}", a=(HEX, 8), b=(HEX, 4), c=(HEX, 4), d=(HEX, 4), e=(HEX, 12)
+            ),
+        ),
+    ),
+    Format(
+        "kubectl_from_literal",
+        pair("kubectl create secret generic {u} --from-literal=password={s}", USERS, password),
+    ),
     Format(
         "set_cookie_access_token",
         bare("Set-Cookie: access_token={s}; Path=/; HttpOnly", token("{a}", a=(B64URL, 40))),
@@ -621,6 +639,14 @@ LOOKALIKES: list[LookAlike] = [
     LookAlike("env_lookup", fixed("password = os.environ['DB_PASSWORD']")),
     LookAlike("settings_attr", fixed("api_key = settings.api_key")),
     LookAlike("getpass_call", fixed("password = getpass.getpass('DB password: ')")),
+    LookAlike(
+        "env_from_code",
+        fixed('API_KEY=os.getenv("OPENAI_API_KEY")\nSECRET_KEY=settings.secret_key'),
+    ),
+    LookAlike(
+        "token_in_code",
+        fixed("token = tokenizer.encode(text)\nauth = requests.auth.HTTPBasicAuth(user, pw)"),
+    ),
     LookAlike("header_lookup", fixed('token = request.headers.get("Authorization")')),
     LookAlike(
         "type_annotation", fixed("def connect(user: str, password: str | None = None) -> Conn:")
@@ -639,6 +665,10 @@ LOOKALIKES: list[LookAlike] = [
     ),
     LookAlike("mysql_no_password", fixed("mysql -u root -h db -P 3306 app")),
     LookAlike("mysql_prompt_p", fixed("mysql -u root -p app")),
+    LookAlike("redis_cli_plain", fixed("redis-cli -h cache -p 6379 -n 2 keys 'session:*'")),
+    LookAlike(
+        "openssl_env_pass", fixed("openssl rsa -in server.key -passin env:KEY_PASS -out plain.key")
+    ),
     LookAlike("curl_user_placeholder", fixed("curl -u $API_USER:$API_PASS https://api.acme.dev")),
     LookAlike(
         "curl_plain",
