@@ -63,7 +63,10 @@ __all__ = [
 
 
 # The --help line. A constant, not the docstring: ``python -OO`` strips docstrings.
-DESCRIPTION = "The ``loop-judge`` command line. The only module that imports rich."
+DESCRIPTION = (
+    "Tells when an AI agent is stuck in an unproductive loop. Start with `loop-judge doctor` "
+    "(what this installation will do) or `loop-judge eval` (replays the bundled labelled set)."
+)
 
 
 def build_parser() -> argparse.ArgumentParser:
