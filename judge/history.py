@@ -196,12 +196,32 @@ def _clean_text(text: str) -> str:
     return text
 
 
+def caller_text(value: Any, what: str, index: int | None = None, field: str | None = None) -> str:
+    """``str(value)`` for an object the caller passed in; a ``__str__`` that raises becomes
+    a `HistoryError` naming the message and field (not whatever the object raised)."""
+    try:
+        return str(value)
+    except RecursionError:
+        raise
+    except Exception as exc:  # the caller's code: any exception at all, named and typed
+        raise HistoryError(
+            f"{what} ({type(value).__name__}) cannot be read as text: {type(exc).__name__}",
+            index=index,
+            field=field,
+        ) from exc
+
+
 def _as_mapping(raw: Any, index: int) -> Mapping[str, Any]:
     if isinstance(raw, Mapping):
         return raw
     dump = getattr(raw, "model_dump", None)  # pydantic / litellm message objects
     if callable(dump):
-        dumped = dump(exclude_none=True)
+        try:
+            dumped = dump(exclude_none=True)
+        except Exception as exc:  # the caller's own object: its failure is named, typed
+            raise HistoryError(
+                f"{type(raw).__name__}.model_dump() failed: {type(exc).__name__}", index=index
+            ) from exc
         if isinstance(dumped, Mapping):
             return dumped
     raise HistoryError(f"expected a message mapping, got {type(raw).__name__}", index=index)
@@ -232,7 +252,7 @@ def _content_text(content: Any, index: int) -> str:
             else:
                 # Images, audio, files: present, and told apart by a digest of their data,
                 # so a screenshot after each click is not "the same result" every time.
-                parts.append(f"[{kind} {_part_digest(part)}]")
+                parts.append(f"[{kind} {_part_digest(part, index)}]")
         return bounded(_clean_text("\n".join(parts)), MAX_CONTENT_CHARS)
     raise HistoryError(
         f"content must be a string, a list of parts or None, got {type(content).__name__}",
@@ -241,11 +261,11 @@ def _content_text(content: Any, index: int) -> str:
     )
 
 
-def _part_digest(part: Mapping[str, Any]) -> str:
+def _part_digest(part: Mapping[str, Any], index: int) -> str:
     try:
-        data = json.dumps(part, sort_keys=True, default=str)
+        data = json.dumps(part, sort_keys=True, default=lambda v: caller_text(v, "content", index))
     except (TypeError, ValueError, RecursionError):
-        data = repr(sorted(part))
+        data = repr(sorted(map(str, part)))
     return blake2b(data.encode("utf-8", "replace"), digest_size=6).hexdigest()
 
 
@@ -275,7 +295,7 @@ def canonical_arguments(arguments: Any) -> tuple[str, Any]:
         text = _dump(parsed)
     except (TypeError, ValueError, RecursionError):
         try:
-            raw = str(arguments)
+            raw = caller_text(arguments, "tool call arguments")
         except RecursionError:  # repr of an object nested past the interpreter's limit
             raw = f"<{type(arguments).__name__} nested too deeply>"
         return _as_text(raw), None
@@ -321,11 +341,16 @@ def _tool_call(raw: Any, index: int, position: int) -> ToolCall:
     arguments = function.get("arguments")
     if arguments is None:
         arguments = "{}"
-    canonical, parsed = canonical_arguments(arguments)
+    try:
+        canonical, parsed = canonical_arguments(arguments)
+    except HistoryError as exc:
+        raise HistoryError(exc.reason, index=index, field=f"{field}.function.arguments") from exc
     raw_text = arguments if isinstance(arguments, str) else canonical
     call_id = call.get("id")
     return ToolCall(
-        id=_clean_text(str(call_id)) if call_id is not None else None,
+        id=_clean_text(caller_text(call_id, "id", index, f"{field}.id"))
+        if call_id is not None
+        else None,
         name=_clean_text(name),
         arguments=bounded(_clean_text(raw_text), RAW_ARGUMENT_CHARS),
         canonical=canonical,
@@ -374,7 +399,7 @@ def normalize_message(raw: Any, index: int) -> Message:
         role=role,
         content=content,
         # ids and names are echoed into the judge prompt: no lone surrogates there either
-        name=_clean_text(str(name)) if name is not None else None,
+        name=_clean_text(caller_text(name, "name", index, "name")) if name is not None else None,
         tool_calls=tool_calls,
         tool_call_id=_clean_text(tool_call_id)
         if isinstance(tool_call_id, str) and role == "tool"

@@ -25,6 +25,7 @@ THREAD_WAIT_S = 5.0
 MAX_REQUEST_BYTES = 8 * 1024 * 1024
 _REASONS = {
     200: "OK",
+    307: "Temporary Redirect",
     400: "Bad Request",
     401: "Unauthorized",
     429: "Too Many Requests",
@@ -110,6 +111,24 @@ def error(status: int, message: str = "scripted failure", **headers: str) -> Rep
         body={"error": {"message": message, "type": "scripted", "code": status}},
         headers={"content-type": "application/json", **headers},
     )
+
+
+def gzip_bomb(decoded_bytes: int, *, level: int = 9) -> Reply:
+    """A 200 reply whose gzip body inflates to ``decoded_bytes`` of zeros (~1000:1), made
+    a MiB at a time so building it costs no more memory than the bomb itself."""
+    import zlib
+
+    packer = zlib.compressobj(level, zlib.DEFLATED, 16 + zlib.MAX_WBITS)
+    chunk = b"\0" * (1 << 20)
+    parts = [packer.compress(chunk) for _ in range(decoded_bytes >> 20)]
+    parts.append(packer.compress(b"\0" * (decoded_bytes & ((1 << 20) - 1))))
+    parts.append(packer.flush())
+    return Reply(body=b"".join(parts), headers={"content-encoding": "gzip"})
+
+
+def redirect(location: str, status: int = 307) -> Reply:
+    """A redirect to ``location``: a client that follows it re-sends the prompt there."""
+    return Reply(status=status, body=b"", headers={"location": location})
 
 
 def closed_port() -> int:

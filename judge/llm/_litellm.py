@@ -45,6 +45,7 @@ from judge.errors import (
     JudgeTimeout,
 )
 from judge.llm._http import guarded_client, reply_too_large
+from judge.llm.budget import token_count
 
 logger = logging.getLogger("judge.llm")
 
@@ -576,8 +577,8 @@ class LiteLLMClient:
         return ModelReply(
             content=getattr(message, "content", None),
             finish_reason=getattr(choice, "finish_reason", None),
-            prompt_tokens=getattr(usage, "prompt_tokens", None),
-            completion_tokens=getattr(usage, "completion_tokens", None),
+            prompt_tokens=token_count(getattr(usage, "prompt_tokens", None)),
+            completion_tokens=token_count(getattr(usage, "completion_tokens", None)),
             cost_usd=cost,
             attempts=attempt,
         )

@@ -17,16 +17,32 @@ from judge.verdict import JudgeCall
 CHARS_PER_TOKEN = 4
 
 
+def token_count(value: object) -> int | None:
+    """A token count as an endpoint reported it, or None when it is not one (negative,
+    fractional, a bool, text): a usage block is the endpoint's word, not a number we trust
+    (a negative count would give tokens back and keep max_judge_tokens from ever being
+    reached; issue 12)."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        return None
+    return value
+
+
 def call_tokens(call: JudgeCall, prompt_chars: int) -> int:
     """Tokens one call cost: the provider's usage, else an estimate of the prompt.
 
     A call that reports no usage (a timeout, a refused connection, a local server) is
     charged the prompt's estimated size, so a provider without usage reports cannot spend
-    without limit; a budget errs on the side of stopping early.
+    without limit; a budget errs on the side of stopping early. A reported count that is
+    not a count (negative: an endpoint would otherwise give tokens back and never reach
+    max_judge_tokens, issue 12) counts as unreported, and the prompt is charged at least
+    its estimate.
     """
+    estimate = -(-max(prompt_chars, 0) // CHARS_PER_TOKEN)
     if call.prompt_tokens is None and call.completion_tokens is None:
-        return -(-prompt_chars // CHARS_PER_TOKEN)
-    return (call.prompt_tokens or 0) + (call.completion_tokens or 0)
+        return estimate
+    prompt = token_count(call.prompt_tokens) if call.prompt_tokens is not None else 0
+    completion = token_count(call.completion_tokens) if call.completion_tokens is not None else 0
+    return (estimate if prompt is None else prompt) + (completion or 0)
 
 
 @dataclass(slots=True)
