@@ -110,6 +110,7 @@ async def test_the_verdict_gets_one_line_and_no_retries(
     join_key_checks()
 
 
+@pytest.mark.model_requests  # the check runs only where requests may
 def test_tracker_construction_warns_once_per_model(
     no_gemini_key: None, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -123,6 +124,7 @@ def test_tracker_construction_warns_once_per_model(
     assert GEMINI in warnings[0] and "GEMINI_API_KEY" in warnings[0]
 
 
+@pytest.mark.model_requests  # the check runs only where requests may
 def test_no_warning_when_the_key_or_an_endpoint_is_set(
     no_gemini_key: None, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:

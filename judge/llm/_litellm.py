@@ -212,6 +212,8 @@ def check_keys_in_background(models: list[str | None]) -> threading.Thread | Non
     event loop, never at ``import judge``. Returns the thread (tests join it), or None when
     every model was checked already.
     """
+    if not ALLOW_MODEL_REQUESTS:
+        return None  # nothing can be sent, so no key is needed (and litellm stays unloaded)
     with _keys_lock:
         wanted = [m for m in dict.fromkeys(models) if m and m not in _keys_checked]
         _keys_checked.update(wanted)
