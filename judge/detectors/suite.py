@@ -22,7 +22,7 @@ from judge.detectors.similar_retry import SimilarRetryDetector
 from judge.detectors.steps import StepBuilder
 from judge.detectors.text_repetition import TextRepetitionDetector
 from judge.detectors.tool_classes import ToolClass, repeat_limit
-from judge.errors import StateError
+from judge.errors import EmbeddingsUnavailable, StateError
 from judge.history import Message, ToolCall
 
 # Tool names whose repeat limit is remembered; agents use a few dozen tools at most.
@@ -94,10 +94,15 @@ def _semantic_detectors(config: TrackerConfig) -> list[Detector]:
     from judge.detectors import embeddings
 
     mode = config.semantic
-    if mode == "off" or (mode == "auto" and not embeddings.available()):
+    installed = embeddings.available()
+    if mode == "off" or (mode == "auto" and not installed):
         # Without embeddings, literal request similarity can still raise suspicion.
         return [RepeatedRequestDetector()]
-    return [SemanticRepeatDetector(embeddings.shared_embedder())]
+    if not installed:
+        raise EmbeddingsUnavailable(f"semantic detection needs {embeddings.INSTALL_HINT}")
+    # The model loads in the background; the tracker is ready at once.
+    embeddings.preload()
+    return [SemanticRepeatDetector(embeddings.cached_embedder())]
 
 
 class DetectorSuite:
