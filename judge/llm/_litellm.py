@@ -161,9 +161,15 @@ def _import_litellm() -> Any:
 
 
 async def load_litellm() -> Any:
-    """litellm, imported once in a worker thread so cancellation is never held up."""
+    """litellm, imported once in a worker thread so cancellation is never held up.
+
+    None while model requests are disabled: nothing can be sent, so the import (seconds)
+    would buy nothing, and the client's own refusal is what a test must see.
+    """
     if _litellm is not None:
         return _litellm
+    if not ALLOW_MODEL_REQUESTS:
+        return None
     return await anyio.to_thread.run_sync(_import_litellm, abandon_on_cancel=True)
 
 
