@@ -119,8 +119,11 @@ def history_for(text: str, placement: str) -> list[dict[str, Any]]:
     result = "exit 1: deploy failed"
     if placement == "result":
         result = f"$ cat .env.production\n{text}\n$ ./deploy.sh\nexit 1"
-    call = {"id": "call_1", "type": "function"}
-    call["function"] = {"name": "bash", "arguments": json.dumps(arguments)}  # type: ignore[assignment]
+    call = {
+        "id": "call_1",
+        "type": "function",
+        "function": {"name": "bash", "arguments": json.dumps(arguments)},
+    }
     return [
         {"role": "user", "content": task},
         {"role": "assistant", "content": said, "tool_calls": [call]},
@@ -228,12 +231,16 @@ def judge_text_escapes() -> dict[str, Any]:
 
 def hostile_history_figures() -> dict[str, Any] | None:
     """Crashes, max seconds per ``turn_started`` call and max saved-state bytes from the
-    hostile-history fuzzer, or None while it is not wired in.
-
-    The fuzzer's owner replaces this body with a call into it returning
-    ``{"histories": int, "crashes": int, "max_call_s": float, "max_state_bytes": int}``.
-    """
-    return None
+    hostile-history fuzzer of evals/bench_state.py (deep nesting, multi-MB text, lone
+    surrogates, marker-like keys, hundreds of parallel calls, objects whose ``__str__``
+    raises; each turn restored from the previous turn's JSON, as the sidecar does)."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    try:
+        from bench_state import hostile_figures
+    finally:
+        sys.path.pop(0)
+    figures: dict[str, Any] = hostile_figures()
+    return figures
 
 
 def detect_secrets_scrub() -> Scrub | None:

@@ -95,11 +95,11 @@ async def test_override_still_finds_a_loop_whose_pattern_was_redacted() -> None:
 
 
 async def test_check_call_preview_is_redacted_too() -> None:
-    tracker = LoopTracker(TrackerConfig(semantic="off"))
-    await loop_until_flagged(tracker, turns=3)
+    tracker = LoopTracker(TrackerConfig(semantic="off", response_mode="warn"))
+    await loop_until_flagged(tracker, turns=4)
     preview = tracker.check_call("bash", SECRET_CALL)
-    if preview:
-        assert all(secret_free(t) for t in every_text(preview))
+    assert preview.looping, "the same call again is past its limit"
+    assert all(secret_free(t) for t in every_text(preview)), every_text(preview)
 
 
 async def test_judge_errors_are_redacted_on_the_verdict_and_in_logs(
@@ -260,3 +260,20 @@ def test_the_tracker_name_is_kept() -> None:
     assert LoopTracker(TrackerConfig(semantic="off"), name="abc").name == "abc"
     first, second = LoopTracker(TrackerConfig(semantic="off")), LoopTracker()
     assert first.name != second.name
+
+
+async def test_the_eval_report_rows_carry_no_secret() -> None:
+    from judge.evaluation.replay import replay_trajectory
+    from judge.evaluation.report_files import trajectory_row
+    from judge.trajectories.dataset import Trajectory
+
+    leaky = JudgeHTTPError(f"401: bad key {TOKEN}", model=FAST, status=401)
+    config = TrackerConfig(fast_model=FAST, check_after_turns=1, initial_interval=1, semantic="off")
+    agent = Agent(None, task="Migrate the database.")
+    for _ in range(6):
+        agent.call("bash", SECRET_CALL, "error: relation users already exists")
+    traj = Trajectory(id="leaky", messages=agent.messages)
+    result = await replay_trajectory(traj, config, client=FakeClient({FAST: [leaky]}))
+    row = json.dumps(trajectory_row(result), default=str)
+    assert result.calls and result.crash is None
+    assert secret_free(row), row

@@ -7,7 +7,8 @@ The recovery template grows stronger with the escalation rung (`RecoveryLevel`).
 
 The wording lives in ``prompts/`` (recovery_*.md, recovery_advice.json) so users can
 restyle it without touching code; this module only fills in the fields and keeps the
-message within its character budget.
+message within its character budget. A judge model's analysis is untrusted text and
+reaches these texts only through `judge_opinion` (quoted, stripped, labelled).
 """
 
 from __future__ import annotations
