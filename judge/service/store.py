@@ -256,13 +256,17 @@ class MemoryStore:
         return len(self._entries)
 
     def _expire(self, now: float) -> None:
+        # Runs on every request: walks only the expired head (oldest use first), never
+        # copies the whole table.
         cutoff = now - self._ttl
-        for sid in list(self._entries):  # oldest use first
-            entry = self._entries[sid]
+        expired = []
+        for sid, entry in self._entries.items():
             if entry.last_used > cutoff:
                 break
             if entry.users == 0:
-                del self._entries[sid]
+                expired.append(sid)
+        for sid in expired:
+            del self._entries[sid]
 
     def _evict(self) -> None:
         excess = len(self._entries) - self._max
