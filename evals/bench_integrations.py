@@ -21,7 +21,6 @@ and optionally a `Stopwatch` the judged agent's hooks run under; then list it in
 from __future__ import annotations
 
 import argparse
-import copy
 import gc
 import json
 import time
@@ -234,7 +233,6 @@ def bench_openai_agents(turns: int) -> Pair:
     Agents SDK `Model` that answers from a script, so no HTTP is timed."""
     from agents import Agent, ModelResponse, RunConfig, Runner, Usage, function_tool
     from agents.models.interface import Model
-    from agents.tool_guardrails import ToolGuardrailFunctionOutput, ToolInputGuardrail
     from openai.types.responses import (
         ResponseFunctionToolCall,
         ResponseOutputMessage,
@@ -269,28 +267,27 @@ def bench_openai_agents(turns: int) -> Pair:
 
     tools = [function_tool(_pydantic_tool(tool), name_override=tool) for tool in TOOLS]
     agent: Agent[Any] = Agent(name="refactor", model=Scripted(), tools=list(tools))
-    judge = LoopJudge(config=_config())
+    hooks = Stopwatch()
+
+    class Timed(LoopJudge):
+        """LoopJudge, its input filter and tool guardrail timed."""
+
+        async def filter_model_input(self, data: Any) -> Any:
+            return await hooks.time(super().filter_model_input(data))
+
+        async def _preflight_guardrail(self, data: Any) -> Any:
+            return await hooks.time(super()._preflight_guardrail(data))
+
+    judge = Timed(config=_config())
     guarded = judge.guard(agent)
     plain_config = RunConfig(tracing_disabled=True)
     judged_config = judge.run_config(tracing_disabled=True)
 
-    # The same extension points doing nothing: an input filter and a tool input guardrail.
-    def allow(data: Any) -> Any:
-        return ToolGuardrailFunctionOutput.allow()
-
-    noop = ToolInputGuardrail(guardrail_function=allow, name="noop")
-    hooked_tools = [copy.copy(t) for t in tools]
-    for t in hooked_tools:
-        t.tool_input_guardrails = [noop]
-    hooked = agent.clone(tools=list(hooked_tools))
-    hooked_config = RunConfig(
-        tracing_disabled=True, call_model_input_filter=lambda data: data.model_data
-    )
     return Pair(
         lambda: Runner.run(agent, PROMPT, run_config=plain_config, max_turns=turns + 2),
         lambda: Runner.run(guarded, PROMPT, run_config=judged_config, max_turns=turns + 2),
         turns + 1,
-        lambda: Runner.run(hooked, PROMPT, run_config=hooked_config, max_turns=turns + 2),
+        hooks,
     )
 
 
@@ -366,11 +363,19 @@ def bench_smolagents(turns: int) -> Pair:
             verbosity_level=-1,
         )
 
-    def noop(step: Any, agent: Any) -> None:
-        """A step callback doing nothing: the framework's own price for one."""
+    hooks = Stopwatch()
 
-    bare, judged = agent([]), agent([LoopJudgeCallback(config=_config())])
-    hooked = agent([noop])
+    class Timed(LoopJudgeCallback):
+        """The callback, timed (it is synchronous: the stopwatch is read directly)."""
+
+        def __call__(self, memory_step: Any, agent: Any) -> None:
+            started = time.perf_counter_ns()
+            try:
+                super().__call__(memory_step, agent)
+            finally:
+                hooks.spent_ns += time.perf_counter_ns() - started
+
+    bare, judged = agent([]), agent([Timed(config=_config())])
 
     def run(which: Any) -> Run:
         async def in_a_thread() -> object:
@@ -378,7 +383,7 @@ def bench_smolagents(turns: int) -> Pair:
 
         return in_a_thread
 
-    return Pair(run(bare), run(judged), turns + 1, run(hooked))
+    return Pair(run(bare), run(judged), turns + 1, hooks)
 
 
 # Each framework's benchmark; one that is not installed is reported and skipped.
