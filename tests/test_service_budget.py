@@ -18,7 +18,9 @@ import pytest
 
 pytest.importorskip("fastapi", reason="the serve extra is not installed")
 
-from judge import TrackerConfig
+import judge.service.store as store_module
+from judge import LoopTracker, TrackerConfig
+from judge.detectors.suite import default_detectors
 from judge.service.app import create_app
 from judge.service.settings import ServerSettings
 from judge.service.store import MemoryStore
@@ -35,6 +37,8 @@ HUGE_CHARS = 4000
 # the loop (~0.1-0.3 s, bounded by the body cap); the detectors do not.
 HEALTH_BOUND_S = 0.75
 HEALTH_POLL_S = 0.01
+# CPU each event costs in the added slow detector: ~1,000 events make a ~3 s turn.
+SLOW_EVENT_S = 0.003
 
 
 def huge_history() -> list[dict[str, Any]]:
@@ -53,6 +57,32 @@ def huge_history() -> list[dict[str, Any]]:
         log = f"line {i} of output\n" * (HUGE_CHARS // 20)
         history.append({"role": "tool", "tool_call_id": f"c{i}", "content": log})
     return history
+
+
+class SlowDetector:
+    """A CPU-bound detector (pure Python, as all of ours are): ~SLOW_EVENT_S per event, so
+    the huge turn is slow on any machine however fast the real detectors get."""
+
+    name = "slow"
+    STATE = ()
+
+    def observe(self, event: Any) -> None:
+        deadline = time.thread_time() + SLOW_EVENT_S
+        while time.thread_time() < deadline:
+            pass
+
+    def reset(self) -> None:
+        return None
+
+
+def slow_tracker(config: TrackerConfig, client: Any = None) -> LoopTracker:
+    detectors = [*default_detectors(config), SlowDetector()]
+    return LoopTracker(config, client=client, detectors=detectors)
+
+
+@pytest.fixture(autouse=True)
+def _slow_detectors(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(store_module, "new_tracker", slow_tracker)
 
 
 def app_with(**kwargs: Any) -> Any:
