@@ -118,6 +118,7 @@ def sidecar(redis_url: str | None) -> Iterator[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("LOOP_JUDGE_")}
     env["LOOP_JUDGE_SEMANTIC"] = "off"  # measure the server, not the embedding model
     cmd = [sys.executable, "-m", "judge.cli", "serve", "--host", "127.0.0.1", "--port", str(port)]
+    cmd.append("--insecure-no-token")  # loopback only; evals/bench_sidecar.py uses a token
     if redis_url:
         cmd += ["--redis-url", redis_url]
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
