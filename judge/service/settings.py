@@ -26,8 +26,10 @@ DEFAULT_MAX_BODY_BYTES = 8 * 1024 * 1024
 # A session idle this long is forgotten: agents pause for minutes (a human reviewing, a slow
 # build), rarely for hours; matches the default idle timeout of most agent runtimes' sessions.
 DEFAULT_SESSION_TTL_S = 3600.0
-# In-memory LRU bound (and the Redis store's cache of live trackers): a tracker is ~50-200
-# kB (detector windows, recent messages), so 10,000 sessions stay under ~2 GB on a replica.
+# In-memory LRU bound (and the Redis store's cache of live trackers): a saved state is 26 kB
+# at the median turn of the labelled runs, 110 kB at p95, 125 kB at most, and bounded by
+# max_state_bytes (2 MiB) whatever the input (evals/bench_state.py), so 10,000 typical
+# sessions stay around 1 GB on a replica.
 DEFAULT_MAX_SESSIONS = 10_000
 # Redis lock lease: renewed every third of it while a turn runs, so it only matters when a
 # replica dies holding it: the session is usable again at most this long after the crash.
