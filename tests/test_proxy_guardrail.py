@@ -179,6 +179,46 @@ async def test_sessions_are_kept_apart() -> None:
     assert g.metrics.value("loop_judge_turns_total") == 7
 
 
+async def test_a_session_belongs_to_the_proxy_key_that_sent_it() -> None:
+    """Another key with the same session id gets its own session: it neither inherits the
+    ladder nor reaches the first key's history; the raw key is never a store key."""
+    from litellm.exceptions import GuardrailRaisedException
+    from litellm.proxy._types import UserAPIKeyAuth
+
+    store = MemoryStore(TrackerConfig())
+    g = guardrail("block", store=store)
+    alice, mallory = (
+        UserAPIKeyAuth(api_key="sk-alice-0123456789"),
+        UserAPIKeyAuth(api_key="sk-mallory-0123456789"),
+    )
+    histories = prefixes(failing_repeat_history(N_TURNS), N_TURNS)
+
+    async def send(who: Any, h: list[dict[str, Any]]) -> Any:
+        data = request(h, metadata={"loop_judge_session_id": "shared"})
+        return await g.async_pre_call_hook(
+            user_api_key_dict=who, cache=None, data=data, call_type="completion"
+        )
+
+    for h in histories[:2]:
+        await send(alice, h)
+    # Mallory's first turn under the same id is a first turn: no inherited loop.
+    assert await send(mallory, histories[0]) is not None
+    with pytest.raises(GuardrailRaisedException, match="turn 3"):
+        await send(alice, histories[2])
+    keys = list(store._entries)
+    assert len(keys) == 2 and all(k.endswith("/shared") for k in keys)
+    assert not any("sk-" in k for k in keys)
+
+
+@pytest.mark.parametrize("bad", ["a/b", "x" * 129, "white space", "semi;colon"])
+async def test_a_session_id_outside_the_rule_is_not_judged(bad: str) -> None:
+    g = guardrail("block")
+    data = request(failing_repeat_history(6), metadata={"loop_judge_session_id": bad})
+    assert await hook(g, data) is data
+    assert g.metrics.value("loop_judge_unjudged_requests_total", reason="bad_session_id") == 1
+    assert g.metrics.value("loop_judge_turns_total") == 0
+
+
 async def test_requests_without_session_or_messages_pass_unjudged() -> None:
     g = guardrail("block")
     data = request(failing_repeat_history(6), metadata={})

@@ -13,7 +13,10 @@ The session id comes from, in order: the request's ``metadata.loop_judge_session
 the ``x-loop-judge-session`` header, then litellm's own session conventions
 (``litellm_session_id``, ``metadata.session_id``, ``litellm_metadata.session_id``).
 Requests without one are passed through unjudged: without a session there is no history
-to call a loop.
+to call a loop. A session belongs to the proxy key that sent it (the key's hash names its
+namespace in the store), so a caller with another key that sends the same session id gets
+a session of its own, never this one's ladder or history; an id outside the sidecar's
+rule (1-128 of ``A-Za-z0-9._:@-``) is passed through unjudged.
 
 The guardrail never fails a request because of itself: a history it cannot read or an
 unreachable session store is logged and counted, and the request goes on. Only ``block``
@@ -36,7 +39,9 @@ litellm's `CustomGuardrail`; nothing else in loop-judge imports it.
 
 from __future__ import annotations
 
+import hashlib
 import logging
+import re
 import time
 from collections.abc import Mapping
 from enum import Enum
@@ -64,6 +69,28 @@ from litellm.integrations.custom_guardrail import CustomGuardrail  # noqa: E402
 from litellm.types.guardrails import GuardrailEventHooks  # noqa: E402
 
 logger = logging.getLogger("judge.integrations.litellm_proxy")
+
+# The sidecar's session-id rule (judge/service/app.py), so a store key "<principal>/<id>"
+# is never ambiguous whichever front wrote it.
+_SESSION_ID = re.compile(r"[A-Za-z0-9._:@-]{1,128}")
+# Principal of requests that carry no proxy key (a proxy run without auth).
+ANONYMOUS = "anonymous"
+# Hex digits of the key's SHA-256 that name its namespace: 96 bits, no collision in practice,
+# and the key itself never reaches the store, a log or a metric.
+PRINCIPAL_HEX = 24
+
+
+def principal_of(user_api_key_dict: Any) -> str:
+    """The proxy key a request came with, as a digest: its sessions are its own.
+
+    litellm passes a `UserAPIKeyAuth`; its ``token`` is the stored (hashed) key, ``api_key``
+    the one sent. Either identifies the caller; neither is kept as it is.
+    """
+    key = getattr(user_api_key_dict, "token", None) or getattr(user_api_key_dict, "api_key", None)
+    if not isinstance(key, str) or not key:
+        return ANONYMOUS
+    return "key-" + hashlib.sha256(key.encode()).hexdigest()[:PRINCIPAL_HEX]
+
 
 GUARDRAIL_NAME = "loop-judge"
 METADATA_KEY = "loop_judge_session_id"
@@ -192,9 +219,17 @@ class LoopJudgeGuardrail(CustomGuardrail):
         if session_id is None:
             self.metrics.inc("loop_judge_unjudged_requests_total", reason="no_session")
             return data
+        if not _SESSION_ID.fullmatch(session_id):
+            logger.warning(
+                "loop-judge: a session id outside 1-128 of A-Za-z0-9._:@- is not judged: %r",
+                redact(session_id[:64]),
+            )
+            self.metrics.inc("loop_judge_unjudged_requests_total", reason="bad_session_id")
+            return data
+        key = f"{principal_of(user_api_key_dict)}/{session_id}"
         started = time.perf_counter()
         try:
-            async with self.store.session(session_id) as tracker:
+            async with self.store.session(key) as tracker:
                 verdict = await tracker.turn_started(messages)
         except HistoryError as exc:
             logger.warning(
