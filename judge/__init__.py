@@ -14,7 +14,13 @@ every error under `LoopJudgeError`.
 from __future__ import annotations
 
 import importlib
+import logging
 from typing import TYPE_CHECKING, Any
+
+# A library's log lines are the application's to route: without this, Python's last-resort
+# handler would print every WARNING (a stop verdict, a failed judge check) to the agent's
+# stderr whenever the application configured no logging.
+logging.getLogger(__name__).addHandler(logging.NullHandler())
 
 if TYPE_CHECKING:  # what a type checker and an IDE see; at run time see __getattr__
     from judge.config import TrackerConfig
