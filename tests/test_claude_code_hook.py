@@ -312,6 +312,8 @@ def test_the_hook_path_imports_no_heavy_module(tmp_path: Path) -> None:
         assert "judge.tracker" in imported  # the measurement itself works
         heavy = {"litellm", "opentelemetry", "numpy", "onnxruntime"}
         assert not {name.split(".")[0] for name in imported} & heavy
+        # Nor the rest of the CLI: rich, the eval machinery and the other commands.
+        assert not {"rich", "judge.cli.app", "judge.evaluation", "judge.cli.evaluate"} & imported
 
 
 # -- the same code in process: the finer cases ----------------------------------------------

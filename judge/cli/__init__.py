@@ -1,44 +1,40 @@
-"""The ``loop-judge`` command line. The only module that imports rich.
+"""The ``loop-judge`` command line: a thin front over `judge.cli.app`.
 
-``demo`` replays a bundled trajectory, ``eval`` measures the tracker on labelled data,
-``import`` converts other agents' trajectories into our labelled-trajectory JSON, ``serve``
-runs the HTTP sidecar and ``check`` answers for one trajectory in its exit code.
-
-A package with one module per command (issue 10: the single cli.py mixed them all): each
-command module adds its own subparser and handles it (`demo`, `evaluate` with `eval_plan`
-and `eval_closed_loop`, `importer`, `serve`, `check`); `shared` holds what several use.
-This module only builds the parser and runs the command; ``python -m judge.cli`` runs it
-too (`__main__`). The names re-exported below are the ones judge.cli always offered.
+The hook command runs once per tool call of the agent it watches, so its start-up is the
+agent's latency: ``loop-judge hook ...`` is parsed here with only the hook's own parser and
+never imports rich, the eval machinery or the other commands (about 0.2 s of every call).
+Every other command, and every name judge.cli always offered, comes from `judge.cli.app`
+on first use (PEP 562), so ``from judge.cli import main, EXIT_STOP`` keeps working.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
+import sys
 from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
-from pydantic import ValidationError
-from rich.console import Console
-
-from judge.cli import check, demo, doctor, evaluate, hook, importer, serve
-from judge.cli.check import EXIT_NO_LOOP, EXIT_STOP, EXIT_WARN
-from judge.cli.demo import DEMO_FILE
-from judge.cli.eval_plan import (
-    DEFAULT_DATA_DIR,
-    DEFAULT_OUT_DIR,
-    JUDGES,
-    MODES,
-    SCHEDULES,
-    RunPlan,
-)
-from judge.cli.shared import (
-    EXIT_FAILED,
-    EXIT_USAGE,
-    PIPE_WIDTH,
-    UsageError,
-    validation_problems,
-)
-from judge.errors import ConfigError
-from judge.evaluation.replay import assistant_turn_ends, replay
+if TYPE_CHECKING:
+    from judge.cli.app import (
+        DEFAULT_DATA_DIR,
+        DEFAULT_OUT_DIR,
+        DEMO_FILE,
+        EXIT_FAILED,
+        EXIT_NO_LOOP,
+        EXIT_STOP,
+        EXIT_USAGE,
+        EXIT_WARN,
+        JUDGES,
+        MODES,
+        PIPE_WIDTH,
+        SCHEDULES,
+        RunPlan,
+        UsageError,
+        assistant_turn_ends,
+        build_parser,
+        replay,
+    )
 
 __all__ = [
     "DEFAULT_DATA_DIR",
@@ -61,33 +57,34 @@ __all__ = [
     "replay",
 ]
 
-
-# The --help line. A constant, not the docstring: ``python -OO`` strips docstrings.
-DESCRIPTION = (
-    "Tells when an AI agent is stuck in an unproductive loop. Start with `loop-judge doctor` "
-    "(what this installation will do) or `loop-judge eval` (replays the bundled labelled set)."
-)
+# The command that takes the fast path (see the module doc).
+HOOK_COMMAND = "hook"
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="loop-judge", description=DESCRIPTION)
-    sub = parser.add_subparsers(dest="command", required=True)
-    for command in (demo, evaluate, importer, serve, check, hook, doctor):
-        command.add_parser(sub)
-    return parser
+def _run_hook(argv: list[str]) -> int:
+    from judge.cli import hook
+
+    parser = argparse.ArgumentParser(prog="loop-judge")
+    hook.add_parser(parser.add_subparsers(dest="command", required=True))
+    args = parser.parse_args(argv)
+    return int(args.func(args, None))
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    console = Console()
-    if not console.is_terminal:
-        # Piped or captured output has no width to fit; 80 columns would fold the tables.
-        console = Console(width=PIPE_WIDTH)
-    try:
-        return int(args.func(args, console))
-    except ConfigError as exc:
-        parser.exit(EXIT_USAGE, f"loop-judge {args.command}: error: {exc}\n")
-    except ValidationError as exc:  # settings a command builds itself (the sidecar's)
-        problems = validation_problems(exc)
-        parser.exit(EXIT_USAGE, f"loop-judge {args.command}: error: {problems}\n")
+    """The console script: ``hook`` directly, everything else through `judge.cli.app`."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    if args[:1] == [HOOK_COMMAND]:
+        return _run_hook(args)
+    from judge.cli.app import main as full_main
+
+    return full_main(args)
+
+
+def __getattr__(name: str) -> Any:
+    if name in __all__:
+        return getattr(importlib.import_module("judge.cli.app"), name)
+    raise AttributeError(f"module 'judge.cli' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))
