@@ -123,7 +123,7 @@ class Sessions(Generic[SourceT]):
         try:
             if self.store is None:
                 if entry.tracker is None:
-                    entry.tracker = LoopTracker(self._config, client=self._client)
+                    entry.tracker = LoopTracker(self._config, client=self._client, name=session)
                 verdict = await entry.tracker.turn_started(history)
             else:
                 async with self.store.session(session) as tracker:

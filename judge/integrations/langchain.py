@@ -270,12 +270,10 @@ class LoopJudgeMiddleware(AgentMiddleware[LoopJudgeState, Any, Any]):
             update[SESSION_KEY] = session
         verdict = await self._sessions.turn(session, state["messages"])
         if verdict and verdict.action in STOP_ACTIONS:
-            logger.warning("loop-judge stopped session %s: %s", session, verdict.summary)
             if self.exit_behavior == "error":
                 raise LoopDetected(verdict, session=session)
             update.update(jump_to="end", messages=[_stop_message(verdict)])
         elif verdict and verdict.action in TELL_ACTIONS and verdict.recovery_message:
-            logger.info("loop-judge warned session %s: %s", session, verdict.summary)
             note = HumanMessage(
                 content=verdict.recovery_message, id=f"{MESSAGE_ID_PREFIX}{uuid.uuid4().hex}"
             )

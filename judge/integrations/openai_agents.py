@@ -233,7 +233,7 @@ class LoopJudge:
         ``session`` names the conversation in logs and on `LoopDetected`."""
         if tracker is not None and config is not None:
             raise TypeError("pass tracker= or config=, not both")
-        self.tracker = tracker if tracker is not None else LoopTracker(config)
+        self.tracker = tracker if tracker is not None else LoopTracker(config, name=session)
         self.session = session
         self.verdicts: list[Verdict] = []
         self._nudges: list[_Nudge] = []
@@ -325,17 +325,6 @@ class LoopJudge:
     def _act(self, verdict: Verdict) -> None:
         """Record and log a loop verdict; raise `LoopDetected` when it says stop."""
         self.verdicts.append(verdict)
-        # Kind, action and pattern only: the summary quotes the agent's arguments.
-        level = logging.WARNING if verdict.action is Action.STOP else logging.INFO
-        logger.log(
-            level,
-            "loop-judge session=%s turn=%s kind=%s action=%s pattern=%s",
-            self.session,
-            verdict.turn,
-            verdict.kind.value if verdict.kind else None,
-            verdict.action.value,
-            verdict.pattern,
-        )
         if verdict.action is Action.STOP:
             raise AgentsLoopDetected(verdict, session=self.session)
 

@@ -257,10 +257,8 @@ class LoopJudge(AbstractCapability[Any]):
         if verdict is None or not verdict:
             return request_context
         if verdict.action in STOP_ACTIONS:
-            logger.warning("loop-judge stopped session %s: %s", session, verdict.summary)
             raise LoopDetected(verdict, session=session)
         if verdict.action in TELL_ACTIONS and verdict.recovery_message:
-            logger.info("loop-judge warned session %s: %s", session, verdict.summary)
             ctx.enqueue(_recovery_part(verdict))
         return request_context
 

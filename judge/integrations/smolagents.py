@@ -166,7 +166,9 @@ class LoopJudgeCallback:
             raise TypeError("pass tracker= or config=, not both")
         if isinstance(tracker, LoopTracker):
             tracker = SyncLoopTracker(tracker=tracker)
-        self.tracker: SyncLoopTracker = tracker if tracker is not None else SyncLoopTracker(config)
+        if tracker is None:
+            tracker = SyncLoopTracker(config, name=session)
+        self.tracker: SyncLoopTracker = tracker
         self.session = session
         self.on_stop = StopMode(on_stop)
         self.verdicts: list[Verdict] = []
@@ -217,17 +219,6 @@ class LoopJudgeCallback:
 
     def _act(self, verdict: Verdict, step: Any, agent: Any) -> None:
         self.verdicts.append(verdict)
-        # Kind, action and pattern only: the summary quotes the agent's arguments.
-        level = logging.WARNING if verdict.action is Action.STOP else logging.INFO
-        logger.log(
-            level,
-            "loop-judge session=%s turn=%s kind=%s action=%s pattern=%s",
-            self.session,
-            verdict.turn,
-            verdict.kind.value if verdict.kind else None,
-            verdict.action.value,
-            verdict.pattern,
-        )
         if verdict.action is Action.STOP:
             if self.on_stop is StopMode.INTERRUPT:
                 agent.interrupt()
