@@ -3,7 +3,9 @@
 The command's flags and flow: plan the runs (`judge.cli.eval_plan`), replay every
 trajectory under each, print the tables and write report.json, report.md and report.png
 (judge.evaluation's `tables`, `report_files` and `chart`). ``--sweep`` scores a grid of
-heuristic settings instead; ``--closed-loop`` hands over to `judge.cli.eval_closed_loop`.
+heuristic settings instead; ``--loso`` replays a grid of settings and adds the
+leave-one-source-out figures (`judge.evaluation.loso`) to the usual report of the defaults;
+``--closed-loop`` hands over to `judge.cli.eval_closed_loop`.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import logging
 import time
 from dataclasses import asdict
 from pathlib import Path
+from typing import Any
 
 import anyio
 from rich.console import Console
@@ -34,6 +37,12 @@ from judge.cli.eval_plan import (
 from judge.cli.shared import EXIT_FAILED, UsageError, print_problems, progress_bar, rich_table
 from judge.config import TrackerConfig
 from judge.evaluation.chart import write_chart
+from judge.evaluation.loso import (
+    LosoResult,
+    build_loso_configs,
+    leave_one_source_out,
+    loso_settings,
+)
 from judge.evaluation.oracle import (
     DEFAULT_ERROR_RATE,
     DEFAULT_NOISE,
@@ -42,11 +51,25 @@ from judge.evaluation.oracle import (
     PRICE_OUT_PER_MTOK,
 )
 from judge.evaluation.replay import DEFAULT_CONCURRENCY, TrajectoryResult, replay_all
-from judge.evaluation.report_files import build_report, markdown_table, write_json, write_markdown
-from judge.evaluation.sweep import build_configs, parse_axis, run_sweep, settings_grid
+from judge.evaluation.report_files import (
+    LOSO_NOTE,
+    build_report,
+    markdown_table,
+    write_json,
+    write_markdown,
+)
+from judge.evaluation.sweep import (
+    SweepAxis,
+    build_configs,
+    parse_axis,
+    replay_grid,
+    run_sweep,
+    settings_grid,
+)
 from judge.evaluation.tables import (
     Run,
     TableData,
+    loso_tables,
     main_tables,
     public_config,
     sweep_table,
@@ -134,7 +157,16 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         "--sweep",
         action="append",
         metavar="FIELD=V1,V2",
-        help="score every combination of these TrackerConfig values (repeatable)",
+        help="score every combination of these TrackerConfig values (repeatable); with "
+        "--loso, the grid LOSO chooses from",
+    )
+    ev.add_argument(
+        "--loso",
+        action="store_true",
+        help="also report leave-one-source-out figures: replay the data once per setting of "
+        "a threshold grid (judge.evaluation.loso.LOSO_GRID, or --sweep), score each source "
+        "with the setting that is best on the other sources, and pool; heuristics or "
+        "--judge oracle",
     )
     ev.add_argument("--no-chart", action="store_true", help="do not draw report.png")
     ev.add_argument(
@@ -178,6 +210,50 @@ def _run_sweep(
     return EXIT_FAILED if any(r.metrics.crashed for r in rows) else 0
 
 
+def _check_loso(args: argparse.Namespace) -> None:
+    """--loso replays the data once per setting: refuse what that would break or bill."""
+    if args.closed_loop:
+        raise UsageError("--loso and --closed-loop are separate evals; run them one at a time")
+    if args.cassette or args.record:
+        raise UsageError(
+            "--loso replays the data once per grid setting and a cassette holds the judge "
+            "replies of one; drop --cassette/--record"
+        )
+    judged = (args.mode or ("judge" if args.judge else "heuristics")) != "heuristics"
+    if judged and args.judge != "oracle":
+        raise UsageError(
+            "--loso runs the heuristics or --judge oracle: with a real judge model every "
+            "grid setting would pay for its judge calls again"
+        )
+
+
+def _replay_loso(
+    args: argparse.Namespace,
+    plan: RunPlan,
+    configs: list[tuple[dict[str, str], TrackerConfig]],
+    trajectories: list[Trajectory],
+    progress: Any,
+) -> tuple[Run, LosoResult, int]:
+    """Replay one plan under every setting: its run of the defaults (for the usual tables),
+    its LOSO figures, and how many replays under the other settings crashed."""
+    task = progress.add_task(
+        f"{plan.name} x {len(configs)} settings", total=len(trajectories) * len(configs)
+    )
+    replays = anyio.run(
+        lambda: replay_grid(
+            trajectories,
+            configs,
+            concurrency=args.concurrency,
+            client_factory=plan.client_factory,
+            on_done=lambda _r: progress.advance(task),
+        )
+    )
+    defaults = replays[0]
+    run = Run(plan.name, public_config(plan.config), defaults.results, defaults.elapsed_s)
+    crashed = sum(1 for replay in replays[1:] for r in replay.results if r.crash is not None)
+    return run, leave_one_source_out(replays), crashed
+
+
 def run(args: argparse.Namespace, console: Console) -> int:
     logger = logging.getLogger("judge")
     level = logger.level
@@ -193,22 +269,27 @@ def run(args: argparse.Namespace, console: Console) -> int:
 
 def _run_eval(args: argparse.Namespace, console: Console) -> int:
     args.paths = [*args.paths, *args.data]  # --data is PATHS by name, for every eval mode
+    if args.loso:
+        _check_loso(args)
     if args.closed_loop:
         return run_closed_loop_eval(args, console)
     started = time.perf_counter()
     axes = [parse_axis(spec) for spec in args.sweep or ()]
-    if axes and args.mode not in (None, "heuristics"):
+    sweeping = bool(axes) and not args.loso
+    if sweeping and args.mode not in (None, "heuristics"):
         raise UsageError("--sweep runs heuristics only; drop --mode/--judge/--cassette")
-    if axes and (args.judge or args.cassette):
+    if sweeping and (args.judge or args.cassette):
         raise UsageError("--sweep runs heuristics only; drop --judge/--cassette")
     if args.concurrency < 1:
         raise UsageError(f"--concurrency must be at least 1, got {args.concurrency}")
     sweep_configs = (
         build_configs({"fast_model": None, "confirm_model": None}, settings_grid(axes))
-        if axes
+        if sweeping
         else []
     )
-    plans, recorder, mode = ([], None, "heuristics") if axes else plan_runs(args)
+    plans, recorder, mode = ([], None, "heuristics") if sweeping else plan_runs(args)
+    # Every grid is validated before any replay, so a bad value costs no replay time.
+    grids = _loso_grids(plans, axes) if args.loso else {}
     roots = resolve_paths(args.paths)
     trajectories, problems = load_dataset(roots)
     print_problems(problems, console)
@@ -217,17 +298,31 @@ def _run_eval(args: argparse.Namespace, console: Console) -> int:
     if not trajectories:
         raise UsageError(f"no trajectories found under {', '.join(map(str, roots))}")
     out_dir = Path(args.out)
-    if axes:
+    if sweeping:
         return _run_sweep(args, trajectories, sweep_configs, out_dir, console)
 
     labelled = sum(1 for t in trajectories if t.labels is not None)
     console.print(
         f"replaying {len(trajectories)} trajectories ({labelled} labelled) in {mode} mode: "
         + ", ".join(p.name for p in plans)
+        + (
+            f"; leave-one-source-out over {len(next(iter(grids.values())))} settings"
+            if grids
+            else ""
+        )
     )
     runs: list[Run] = []
+    loso: dict[str, LosoResult] = {}
+    grid_crashes = 0
     with progress_bar(console) as progress:
         for plan in plans:
+            if args.loso:
+                loso_run, loso[plan.name], crashed = _replay_loso(
+                    args, plan, grids[plan.name], trajectories, progress
+                )
+                runs.append(loso_run)
+                grid_crashes += crashed
+                continue
             task = progress.add_task(plan.name, total=len(trajectories))
             run_started = time.perf_counter()
 
@@ -251,8 +346,15 @@ def _run_eval(args: argparse.Namespace, console: Console) -> int:
 
     # Tables of metrics only mean something when some trajectory had labels.
     tables = main_tables(runs) if any(run.labelled for run in runs) else []
+    loso_summaries = []
+    if tables:
+        for plan_name, loso_result in loso.items():
+            *details, loso_summary = loso_tables(plan_name, loso_result)
+            tables += [*details, loso_summary]
+            loso_summaries.append(loso_summary)
     for table in tables:
-        console.print(rich_table(table))
+        if all(table is not s for s in loso_summaries):  # printed last, under the summary
+            console.print(rich_table(table))
     unlabelled = unlabelled_table(runs)
     if unlabelled is not None:
         console.print(rich_table(unlabelled))
@@ -262,6 +364,11 @@ def _run_eval(args: argparse.Namespace, console: Console) -> int:
         console.print(
             f"[bold red]crash[/] in {name} replay of {result.id}: {result.crash}",
             markup=True,
+            highlight=False,
+        )
+    if grid_crashes:
+        console.print(
+            f"[bold red]{grid_crashes} crash(es)[/] in the replays of the other LOSO settings",
             highlight=False,
         )
     failed_calls = [
@@ -284,6 +391,8 @@ def _run_eval(args: argparse.Namespace, console: Console) -> int:
         "concurrency": args.concurrency,
         "cassette": args.cassette,
     }
+    if loso:
+        settings["loso_grid"] = "--sweep" if axes else "judge.evaluation.loso.LOSO_GRID"
     if args.judge == "oracle":
         settings["oracle"] = asdict(oracle_settings(args))
     elapsed = time.perf_counter() - started
@@ -291,18 +400,36 @@ def _run_eval(args: argparse.Namespace, console: Console) -> int:
     chart, why_not = (
         (None, "chart skipped (--no-chart)") if args.no_chart else (write_chart(runs, out_dir))
     )
-    data = build_report(runs, settings=settings, problems=problems, elapsed_s=elapsed)
+    data = build_report(
+        runs, settings=settings, problems=problems, elapsed_s=elapsed, loso=loso or None
+    )
     json_path = write_json(data, out_dir)
     md_path = write_markdown(
-        runs, tables, out_dir, settings=settings, problems=problems, chart=chart
+        runs,
+        tables,
+        out_dir,
+        settings=settings,
+        problems=problems,
+        chart=chart,
+        notes=[LOSO_NOTE] if loso else [],
     )
     if any(run.labelled for run in runs):
         console.print(rich_table(summary_table(runs)))
+    for loso_summary in loso_summaries:
+        console.print(rich_table(loso_summary))
     console.print(f"report: {md_path} (tables, every miss and false positive)", highlight=False)
     console.print(f"data:   {json_path} (one row per trajectory)", highlight=False)
     console.print(f"chart:  {chart}" if chart else f"chart:  none, {why_not}", highlight=False)
     console.print(f"wall time {elapsed:.1f} s", highlight=False)
-    return EXIT_FAILED if crashes else 0
+    return EXIT_FAILED if crashes or grid_crashes else 0
+
+
+def _loso_grids(
+    plans: list[RunPlan], axes: list[SweepAxis]
+) -> dict[str, list[tuple[dict[str, str], TrackerConfig]]]:
+    """Each plan's validated LOSO settings, the defaults first, on top of its overrides."""
+    settings = loso_settings(axes)
+    return {plan.name: build_loso_configs(plan.overrides, settings) for plan in plans}
 
 
 def summary_table(runs: list[Run]) -> TableData:

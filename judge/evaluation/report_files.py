@@ -10,11 +10,12 @@ loop write their markdown with.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from judge.evaluation.loso import LosoResult
 from judge.evaluation.metrics import Outcome, group_metrics, kind_of, score
 from judge.evaluation.replay import TrajectoryResult
 from judge.evaluation.tables import Run, TableData, unlabelled_summary
@@ -22,6 +23,7 @@ from judge.trajectories.dataset import ImportProblem
 
 __all__ = [
     "JSON_FILE",
+    "LOSO_NOTE",
     "MARKDOWN_FILE",
     "build_report",
     "markdown_table",
@@ -32,6 +34,14 @@ __all__ = [
 
 JSON_FILE = "report.json"
 MARKDOWN_FILE = "report.md"
+# What the LOSO tables of report.md mean, for a reader who did not run the command.
+LOSO_NOTE = (
+    "Leave-one-source-out (LOSO): each setting of the grid replays every trajectory once; "
+    "for each source, the setting with the best F1 on all the other sources (ties: higher "
+    "precision, then the defaults) scores that source, and the held-out counts of all "
+    "sources are pooled. LOSO well under the in-sample best means the best setting fits "
+    "the sources it was chosen on."
+)
 
 
 # -- report.json -----------------------------------------------------------------------------
@@ -87,8 +97,10 @@ def build_report(
     settings: dict[str, Any],
     problems: Sequence[ImportProblem] = (),
     elapsed_s: float,
+    loso: Mapping[str, LosoResult] | None = None,
 ) -> dict[str, Any]:
-    """Everything measured, as JSON-safe data: metrics, breakdowns and per-trajectory rows."""
+    """Everything measured, as JSON-safe data: metrics, breakdowns and per-trajectory rows,
+    and with ``--loso`` each run's leave-one-source-out figures under ``loso``."""
     out: dict[str, Any] = {
         "generated_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "settings": settings,
@@ -112,6 +124,8 @@ def build_report(
             "unlabelled": unlabelled_summary(run.results),
             "trajectories": [trajectory_row(r) for r in run.results],
         }
+    if loso is not None:
+        out["loso"] = {name: result.to_dict() for name, result in loso.items()}
     return out
 
 
@@ -171,7 +185,10 @@ def write_markdown(
     settings: dict[str, Any],
     problems: Sequence[ImportProblem] = (),
     chart: Path | None = None,
+    notes: Sequence[str] = (),
 ) -> Path:
+    """report.md: settings, how scoring works (plus ``notes``), the tables and every
+    mistake."""
     parts = ["# loop-judge eval report", ""]
     parts += [f"- {k}: `{v}`" for k, v in settings.items()]
     parts.append("")
@@ -182,6 +199,8 @@ def write_markdown(
         "runs."
     )
     parts.append("")
+    for note in notes:
+        parts += [note, ""]
     if chart is not None:
         parts += [f"![detection delay and judge calls]({chart.name})", ""]
     parts += [markdown_table(t) for t in tables]

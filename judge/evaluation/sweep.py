@@ -8,6 +8,7 @@ and the error names the field, the value and what the config would have accepted
 from __future__ import annotations
 
 import itertools
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -17,13 +18,26 @@ from pydantic import ValidationError
 from judge.config import TrackerConfig
 from judge.errors import ConfigError
 from judge.evaluation.metrics import Metrics, compute_metrics
-from judge.evaluation.replay import TrajectoryResult, replay_all
+from judge.evaluation.replay import ClientFactory, TrajectoryResult, replay_all
 from judge.trajectories.dataset import Trajectory
 
-__all__ = ["SweepAxis", "SweepRow", "build_configs", "parse_axis", "run_sweep", "settings_grid"]
+__all__ = [
+    "DEFAULT_SETTING_NAME",
+    "GridReplay",
+    "SweepAxis",
+    "SweepRow",
+    "build_configs",
+    "describe_setting",
+    "parse_axis",
+    "replay_grid",
+    "run_sweep",
+    "settings_grid",
+]
 
 # Fields a sweep may not touch: they choose where requests go, not how detection behaves.
 _NOT_SWEEPABLE = frozenset({"api_base", "api_key"})
+# How a setting that overrides nothing (the shipped defaults) is named in tables.
+DEFAULT_SETTING_NAME = "defaults"
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,6 +50,21 @@ class SweepAxis:
 class SweepRow:
     setting: dict[str, str]
     metrics: Metrics
+
+
+@dataclass(frozen=True, slots=True)
+class GridReplay:
+    """Every trajectory replayed under one setting, kept whole so it can be re-scored on
+    any subset (leave-one-source-out scores each source apart) without replaying."""
+
+    setting: dict[str, str]
+    results: list[TrajectoryResult]
+    elapsed_s: float
+
+
+def describe_setting(setting: Mapping[str, str]) -> str:
+    """``"field=value, ..."``, or "defaults" for a setting that overrides nothing."""
+    return ", ".join(f"{k}={v}" for k, v in setting.items()) or DEFAULT_SETTING_NAME
 
 
 def parse_axis(spec: str) -> SweepAxis:
@@ -89,6 +118,29 @@ def build_configs(
     return built
 
 
+async def replay_grid(
+    trajectories: Sequence[Trajectory],
+    configs: Sequence[tuple[dict[str, str], TrackerConfig]],
+    *,
+    concurrency: int,
+    client_factory: ClientFactory | None = None,
+    on_done: Callable[[TrajectoryResult], None] | None = None,
+) -> list[GridReplay]:
+    """Replay the data once per setting, in the settings' order, results in input order."""
+    replays = []
+    for setting, config in configs:
+        started = time.perf_counter()
+        results = await replay_all(
+            trajectories,
+            config,
+            client_factory=client_factory,
+            concurrency=concurrency,
+            on_done=on_done,
+        )
+        replays.append(GridReplay(setting, results, time.perf_counter() - started))
+    return replays
+
+
 async def run_sweep(
     trajectories: Sequence[Trajectory],
     configs: Sequence[tuple[dict[str, str], TrackerConfig]],
@@ -97,8 +149,5 @@ async def run_sweep(
     on_done: Callable[[TrajectoryResult], None] | None = None,
 ) -> list[SweepRow]:
     """Replay the data once per setting and score it (heuristics only: no client)."""
-    rows = []
-    for setting, config in configs:
-        results = await replay_all(trajectories, config, concurrency=concurrency, on_done=on_done)
-        rows.append(SweepRow(setting, compute_metrics(results)))
-    return rows
+    replays = await replay_grid(trajectories, configs, concurrency=concurrency, on_done=on_done)
+    return [SweepRow(r.setting, compute_metrics(r.results)) for r in replays]

@@ -12,9 +12,10 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from judge.evaluation.loso import LosoResult
 from judge.evaluation.metrics import Metrics, compute_metrics, group_metrics, kind_of
 from judge.evaluation.replay import TrajectoryResult
-from judge.evaluation.sweep import SweepRow
+from judge.evaluation.sweep import SweepRow, describe_setting
 from judge.trajectories.dataset import KINDS
 
 __all__ = [
@@ -22,6 +23,7 @@ __all__ = [
     "TableData",
     "flag_source_table",
     "grouped_table",
+    "loso_tables",
     "main_tables",
     "overall_table",
     "public_config",
@@ -199,6 +201,67 @@ def sweep_table(rows: Sequence[SweepRow]) -> TableData:
         for row in rows
     ]
     return TableData("sweep (heuristics only)", columns, body)
+
+
+_LOSO_COLUMNS = ("TP", "FP", "FN", "TN", "prec", "recall", "F1", "FPR")
+
+
+def _loso_cells(m: Metrics) -> tuple[str, ...]:
+    return (
+        str(m.tp),
+        str(m.fp),
+        str(m.fn),
+        str(m.tn),
+        _ratio(m.precision),
+        _ratio(m.recall),
+        _ratio(m.f1),
+        _ratio(m.fpr),
+    )
+
+
+def loso_tables(name: str, loso: LosoResult) -> list[TableData]:
+    """The grid in-sample, one row per held-out source, LOSO per kind, and last the three
+    figures side by side: in-sample with the defaults, in-sample with the grid's best
+    setting, and the pooled held-out (LOSO) figure."""
+    grid = TableData(
+        f"{name}: LOSO grid, in-sample",
+        ("setting", *_LOSO_COLUMNS),
+        [
+            (describe_setting(s), *_loso_cells(m))
+            for s, m in zip(loso.settings, loso.in_sample, strict=True)
+        ],
+    )
+    folds = TableData(
+        f"{name}: LOSO folds (setting chosen on the other sources)",
+        ("held-out source", "n", "loops", "chosen setting", "train F1", *_LOSO_COLUMNS),
+        [
+            (
+                f.source,
+                str(f.held_out.trajectories),
+                str(f.held_out.looping),
+                describe_setting(f.setting),
+                _ratio(f.train.f1),
+                *_loso_cells(f.held_out),
+            )
+            for f in loso.folds
+        ],
+    )
+    by_kind = grouped_table(f"{name}: LOSO by kind", "kind", loso.by_kind(), cost=False)
+    best = loso.settings[loso.best]
+    summary = TableData(
+        f"{name}: leave-one-source-out ({len(loso.folds)} sources)",
+        ("figure", "setting", *_LOSO_COLUMNS),
+        [
+            ("in-sample, defaults", describe_setting({}), *_loso_cells(loso.default)),
+            (
+                "in-sample, best of grid",
+                describe_setting(best),
+                *_loso_cells(loso.in_sample[loso.best]),
+            ),
+            ("LOSO, pooled", "chosen per fold", *_loso_cells(loso.pooled)),
+        ],
+    )
+    return [grid, folds, by_kind, summary]
 
 
 def unlabelled_summary(results: Iterable[TrajectoryResult]) -> dict[str, Any]:
