@@ -428,8 +428,10 @@ class TrackerConfig(BaseModel):
     # Negative values are rejected.
     tool_limits: dict[str, int] = Field(default_factory=dict)
     detector_weights: dict[str, float] = Field(default_factory=lambda: dict(DEFAULT_WEIGHTS))
-    # Compare delegated requests by meaning with a small embedding model: "auto" uses it
-    # when the `semantic` extra is installed, "on" requires it, "off" never loads it.
+    # Compare delegated requests by meaning with a small embedding model (its packages are
+    # default dependencies, issue 15): "auto" uses it wherever they are installed, so in every
+    # default install; "on" requires them (EmbeddingsUnavailable otherwise); "off" never
+    # imports onnxruntime or numpy and falls back to literal request similarity.
     semantic: Literal["auto", "on", "off"] = "auto"
     # Forget calls older than this many seconds (None: keep the window whatever its age).
     ttl_seconds: float | None = None

@@ -46,6 +46,23 @@ def test_heuristics_only_needs_nothing(capsys: pytest.CaptureFixture[str]) -> No
     assert out.rstrip().endswith("nothing to fix")
 
 
+def test_missing_semantic_packages_are_marked_to_fix_under_the_default(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """They are default dependencies (issue 15): without them "auto" quietly runs the
+    weaker literal comparison, so a partial install is something to fix, and the empty
+    `semantic` extra is listed neither as installed nor as missing."""
+    from judge.detectors import embeddings
+
+    monkeypatch.delenv("LOOP_JUDGE_SEMANTIC")
+    monkeypatch.setattr(embeddings, "available", lambda: False)
+    assert main(["doctor"]) == 1
+    report = lines(capsys.readouterr().out)
+    assert report["semantic model"].startswith("FIX packages missing: needs numpy, onnxruntime")
+    assert "pip install -e ." in report["semantic model"]
+    assert "semantic" not in report["extras installed"] + report["extras missing"]
+
+
 def test_missing_key_and_typo_are_marked_to_fix(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -125,3 +125,15 @@ def test_readme_install_commands_work_from_a_checkout(project: dict[str, Any]) -
         for extra in group.split(",")
     }
     assert named and named <= extras
+
+
+def test_the_semantic_detector_is_in_the_default_install(project: dict[str, Any]) -> None:
+    """Issue 15: `pip install -e .` gets the detector the README's headline figures
+    measure. Every package `judge.detectors.embeddings` needs is a core dependency, and the
+    old `semantic` extra is kept, empty, so `-e '.[semantic]'` still installs."""
+    from judge.detectors.embeddings import _EXTRA_MODULES
+
+    core = {canonicalize_name(Requirement(r).name) for r in project["dependencies"]}
+    needed = {canonicalize_name(module) for module in _EXTRA_MODULES}
+    assert needed <= core, f"not default dependencies: {sorted(needed - core)}"
+    assert project["optional-dependencies"]["semantic"] == []

