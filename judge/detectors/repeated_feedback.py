@@ -5,6 +5,12 @@ Agents driven by a harness get corrective user messages when a reply cannot be r
 their tool output in the user role. The same such message arriving several times in a row,
 with no new data in between, means the agent keeps making the same mistake: an error
 cycle, whatever the agent's own messages say.
+
+Harnesses that want a tool call nag differently: the agent answers in prose, is told
+"please provide a tool call", makes one token search, and answers in prose again. The
+search brings new data, so the nags are never in a row; what repeats is the pair, the same
+nag after the same answer. That is the second rule here: the same nag after near-identical
+text-only answers, several times within a few turns and with no file changed between.
 """
 
 from __future__ import annotations
@@ -12,10 +18,13 @@ from __future__ import annotations
 import re
 from collections import deque
 
+from rapidfuzz import fuzz
+
 from judge.detectors.base import LOOP_SCORE, Event, Finding, near_miss, short
 from judge.detectors.outcome import Outcome
 from judge.detectors.steps import Step
-from judge.history import message_digest
+from judge.detectors.text_repetition import COMPARE_CHARS, prose
+from judge.history import Message, message_digest
 from judge.user_turns import digest, is_observation, is_recovery
 from judge.verdict import LoopKind
 
@@ -36,13 +45,37 @@ SEEN_RESULTS = 64
 TEMPLATE_CHARS = 200
 _NUMBER = re.compile(r"\d+")
 
+# The nag-after-the-same-answer rule. Measured on evals/coding_dev, where Moatless Tools
+# nags "Please provide a tool call." after each text-only reply: its 4 labelled nag loops
+# get that nag 3 times; the 7 productive Moatless runs nagged at all get it at most twice.
+NAG_REPEATS = 3
+# ... within this many assistant turns, first nagged answer to last inclusive: the loops
+# answer every 2nd or 3rd turn (5 or 6 turns for three answers) with one or two searches
+# between. Far apart, the same nag is the agent slipping now and then, not stuck.
+NAG_WINDOW = 6
+# ... and the answers at least this alike (token-set ratio, 0..100, on their lowercased
+# prose: code blocks left out). The loops' answers are paraphrases of one plan: 58-72 for
+# their least alike pair. mini-swe-agent's format nag ("found 2 actions") comes 3 times
+# within the window with no file changed between on 3 productive gemini runs, after answers
+# about different steps: 40-50. (With files changed between, up to 62: the edit rule.)
+NAG_SIMILARITY = 55
+# An answer shorter than this (prose only) is a narration ("Let me check the tests."):
+# short texts share most of their words by chance. The loops' answers: 279+ characters.
+MIN_ANSWER_CHARS = 200
+# The answer is read from the head of the message: bounded cost whatever its length, and
+# enough to hold the COMPARE_CHARS of prose compared (code blocks are dropped first).
+ANSWER_SCAN_CHARS = 3 * COMPARE_CHARS
+
 
 class RepeatedFeedbackDetector:
-    """Counts identical user-role messages in a row (our own recovery messages skipped).
+    """Counts identical user-role messages in a row (our own recovery messages skipped),
+    and the same nag after the same text-only answer within a few turns.
 
     A successful tool result with new data, or a new file change, in between ends the run:
     a harness that says "continue" after each productive step is not stuck, while one that
-    says "provide a tool call" after each re-run of the same search is.
+    says "provide a tool call" after each re-run of the same search is. The nagged answers
+    survive new data (a token search between them is the loop's shape) but not a file
+    change: an agent that edits between nags has taken the hint.
     """
 
     name = "repeated_feedback"
@@ -56,6 +89,10 @@ class RepeatedFeedbackDetector:
         "_edits",
         "_action",
         "_run_action",
+        "_turn",
+        "_answer",
+        "_nags",
+        "_nagged",
     )
 
     def __init__(self, repeats: int = REPEATS) -> None:
@@ -66,6 +103,13 @@ class RepeatedFeedbackDetector:
         self._seen: deque[str] = deque(maxlen=SEEN_RESULTS)
         self._edits = 0
         self._action = ""  # digest of the agent's latest message (what it did)
+        self._turn = 0  # assistant messages seen
+        # (index, prose) of the latest assistant message when it is a text-only answer
+        self._answer: tuple[int, str] | None = None
+        # (nag key, turn, edits, answer's prose, answer index, nag index) of recent nags
+        # that followed a text-only answer, newest last; pruned to the window on each nag.
+        self._nags: deque[tuple[str, int, int, str, int, int]] = deque(maxlen=NAG_WINDOW + 1)
+        self._nagged: Finding | None = None  # what the nag rule says now
         self._end_run()
 
     def _end_run(self) -> None:
@@ -81,18 +125,31 @@ class RepeatedFeedbackDetector:
             new_data = event.outcome is Outcome.OK and event.key not in self._seen
             if new_data:
                 self._seen.append(event.key)
+            if event.edits != self._edits:
+                self._nags.clear()  # a file changed: the nags before it are answered
             if new_data or event.edits != self._edits:
                 self._edits = event.edits
+                self._nagged = None
                 self._end_run()
-            return self._current
+            return self._strongest()
         if event.role == "assistant":
             self._action = message_digest(event)
-            return self._current
-        if event.role != "user" or is_recovery(event):
-            return self._current
+            self._turn += 1
+            self._answer = _answer(event)
+            return self._strongest()
+        if is_recovery(event):
+            # Our recovery message answers the nags before it: an agent that obeys it with
+            # one more plan in prose, nagged once more, is not the loop again.
+            self._nags.clear()
+            self._answer = None
+            return self._strongest()
+        if event.role != "user":
+            return self._strongest()
+        answer, self._answer = self._answer, None  # what this message replies to, if prose
         text = " ".join(event.content.split())
         if len(text) < MIN_CHARS:
             self._end_run()
+            self._nagged = None
             return None
         # Tool output in the user role differs by its numbers ("page 3 of 9"); a nudge's
         # numbers are noise.
@@ -110,7 +167,49 @@ class RepeatedFeedbackDetector:
             self._key, self._count, self._evidence, self._text = key, 1, (event.index,), text
         self._run_action = self._action if observed else None
         self._current = self._assess()
-        return self._current
+        self._nagged = None if observed or answer is None else self._nag(event, key, text, answer)
+        return self._strongest()
+
+    def _strongest(self) -> Finding | None:
+        found = [f for f in (self._current, self._nagged) if f is not None]
+        return max(found, key=lambda f: f.score) if found else None
+
+    def _nag(self, msg: Message, key: str, text: str, answer: tuple[int, str]) -> Finding | None:
+        """The same nag after near-identical text-only answers, within the window.
+
+        Each nag is compared with the few kept (bounded by the window), each comparison on
+        at most COMPARE_CHARS: the cost of a message is bounded whatever the history.
+        """
+        while self._nags and self._turn - self._nags[0][1] >= NAG_WINDOW:
+            self._nags.popleft()
+        earlier = [
+            (answered, nagged)
+            for other, _, edits, said, answered, nagged in self._nags
+            if other == key
+            and edits == self._edits
+            and fuzz.token_set_ratio(answer[1], said, score_cutoff=NAG_SIMILARITY)
+        ]
+        self._nags.append((key, self._turn, self._edits, answer[1], answer[0], msg.index))
+        if not earlier:
+            return None
+        count = len(earlier) + 1
+        looping = count >= NAG_REPEATS
+        evidence = tuple(i for pair in (*earlier, (answer[0], msg.index)) for i in pair)
+        return Finding(
+            detector=self.name,
+            kind=LoopKind.ERROR_CYCLE,
+            score=LOOP_SCORE if looping else near_miss(count, NAG_REPEATS),
+            evidence=evidence[-MAX_EVIDENCE:],
+            summary=f"the same answer got the same reply {count}x within {NAG_WINDOW} turns: "
+            f"{short(text, 60)!r}",
+            pattern=f"feedback:{short(text, 60)}",
+            details={
+                "text": short(text, 200),
+                "answer": short(answer[1], 200),
+                "count": count,
+                "limit": NAG_REPEATS - 1,
+            },
+        )
 
     def _assess(self) -> Finding | None:
         if self._count < 2:
@@ -130,3 +229,15 @@ class RepeatedFeedbackDetector:
                 "limit": self._repeats - 1,
             },
         )
+
+
+def _answer(msg: Message) -> tuple[int, str] | None:
+    """(index, the head of its prose, lowercased) of a text-only answer, else None.
+
+    A message with a tool call acted, and a short one narrates: neither is the answer a
+    nag corrects.
+    """
+    if msg.tool_calls:
+        return None
+    head = " ".join(prose(msg.content[:ANSWER_SCAN_CHARS]).split())[:COMPARE_CHARS]
+    return (msg.index, head.lower()) if len(head) >= MIN_ANSWER_CHARS else None
