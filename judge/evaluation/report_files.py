@@ -187,8 +187,8 @@ def write_markdown(
     chart: Path | None = None,
     notes: Sequence[str] = (),
 ) -> Path:
-    """report.md: settings, how scoring works (plus ``notes``), the tables and every
-    mistake."""
+    """``notes`` are paragraphs a mode's tables need to be read right (``--loso``'s
+    method), placed with the scoring rules, before any table."""
     parts = ["# loop-judge eval report", ""]
     parts += [f"- {k}: `{v}`" for k, v in settings.items()]
     parts.append("")
