@@ -6,7 +6,7 @@ never crash the agent that embeds us::
 
     LoopJudgeError
     +-- ConfigError            bad configuration (names the environment variable)
-    |   +-- EmbeddingsUnavailable  semantic="on" without the `semantic` extra installed
+    |   +-- EmbeddingsUnavailable  semantic="on" without the semantic packages installed
     +-- HistoryError           malformed conversation (names the message index and field)
     +-- StateError             a saved tracker state that cannot be read back
     +-- TrajectoryFormatError  a recorded trajectory file that cannot be read
@@ -54,7 +54,7 @@ class HistoryError(LoopJudgeError, ValueError):
 
 
 class EmbeddingsUnavailable(ConfigError, RuntimeError):
-    """The semantic detector was asked for, but its extra is not installed; the message
+    """The semantic detector was asked for, but its packages are missing; the message
     says how to install it. (Also a RuntimeError, as it was before it joined the tree.)"""
 
 

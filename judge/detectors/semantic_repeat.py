@@ -1,4 +1,4 @@
-"""The same request in new words, recognized by meaning (optional ``semantic`` extra).
+"""The same request in new words, recognized by meaning (default install).
 
 Orchestrators re-delegate a failing sub-task rephrased each time ("check Mariano's
 website for salad prices", "visit marianos.com and verify whether they sell salads"), and

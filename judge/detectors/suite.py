@@ -90,7 +90,7 @@ def default_detectors(config: TrackerConfig) -> list[Detector]:
 
 
 def _semantic_detectors(config: TrackerConfig) -> list[Detector]:
-    """The embedding-based detector, when enabled and its extra is installed."""
+    """The embedding-based detector, when enabled and its packages are installed."""
     from judge.detectors import embeddings
 
     mode = config.semantic
