@@ -1,4 +1,4 @@
-"""The semantic extra's model: loaded once per process, in the background, and each text
+"""The semantic detector's model: loaded once per process, in the background, and each text
 embedded at most once (functional checks; timings live in evals/bench_peers.py)."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from judge import LoopTracker, TrackerConfig
 
 embeddings = pytest.importorskip("judge.detectors.embeddings")
 pytestmark = pytest.mark.skipif(
-    not embeddings.available(), reason="the semantic extra is not installed"
+    not embeddings.available(), reason="the semantic packages are missing (a partial install)"
 )
 
 

@@ -1,4 +1,4 @@
-"""The embedding-based detector (optional `semantic` extra)."""
+"""The embedding-based detector (default install)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from tests.test_detectors import first_flag, replay
 
 embeddings = pytest.importorskip("judge.detectors.embeddings")
 pytestmark = pytest.mark.skipif(
-    not embeddings.available(), reason="the semantic extra is not installed"
+    not embeddings.available(), reason="the semantic packages are missing (a partial install)"
 )
 
 REPHRASED = [
