@@ -10,14 +10,17 @@ concurrent sessions (``--sessions``, default 100 and 1,000), each an agent sendi
 - ``append``: every turn sends only the two new messages and the index they start at.
 
 Both modes run against the same server process, one after the other, so their ratio is
-measured side by side. With ``--baseline-tree DIR`` (a checkout or ``git archive`` of an
-earlier commit), that tree's server is measured too, full histories only, in the same run.
+measured side by side. With ``--baseline-tree DIR`` (a checkout or ``git worktree`` of an
+earlier commit), that tree's server is measured too, in the same run and modes (a tree
+from before the append API: ``--baseline-modes full``).
 ``--huge`` adds the stall test: one session posts a 1,000-message history (~6 MB) while
 ``/healthz`` is polled every 10 ms; it reports the slowest health answer.
 
 The client is a small keep-alive HTTP/1.1 pool on asyncio streams (~30 us per request),
 so the figures are the server's, not an HTTP library's; client and server still share
-the machine's cores, so they are a floor for a server with cores of its own. Requests
+the machine's cores, so they are a floor for a server with cores of its own. Each row
+says how many cores each side used (CPU seconds over wall seconds: the client's from its
+own process clock, the server's from /proc). Requests
 wait for a free connection of the pool (at most ``--connections``), and that wait is
 part of their latency, as in any pooled client.
 
@@ -113,9 +116,19 @@ def private_redis() -> Iterator[str | None]:
             _stop(proc)
 
 
+def cpu_seconds(pid: int) -> float:
+    """A process's user + system CPU time so far (Linux /proc; 0.0 elsewhere)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    # utime and stime are fields 14 and 15 of stat(5); [0] here is field 3 (state).
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 @contextlib.contextmanager
-def sidecar(redis_url: str | None, tree: Path | None, log: Path) -> Iterator[int]:
-    """``loop-judge serve`` in a subprocess on a free loopback port; yields the port.
+def sidecar(redis_url: str | None, tree: Path | None, log: Path) -> Iterator[tuple[int, int]]:
+    """``loop-judge serve`` in a subprocess on a free loopback port; yields (port, pid).
 
     ``tree``: run that source tree's server instead of this one (a baseline). Its stderr
     goes to ``log`` (a pipe nobody reads would fill and block the server).
@@ -144,7 +157,7 @@ def sidecar(redis_url: str | None, tree: Path | None, log: Path) -> Iterator[int
             if time.monotonic() > deadline:
                 raise RuntimeError("the sidecar did not start listening")
             time.sleep(0.1)
-        yield port
+        yield port, proc.pid
     finally:
         _stop(proc)
 
@@ -253,6 +266,8 @@ class Result:
     rps: float
     p50_ms: float
     p99_ms: float
+    client_cores: float = 0.0
+    server_cores: float = 0.0
     error_kinds: dict[str, int] = field(default_factory=dict)
 
 
@@ -261,7 +276,12 @@ def _percentile(ordered: list[float], q: float) -> float:
 
 
 async def drive(
-    port: int, label: tuple[str, str, str], sessions: int, turns: int, args: argparse.Namespace
+    port: int,
+    label: tuple[str, str, str],
+    sessions: int,
+    turns: int,
+    args: argparse.Namespace,
+    server_pid: int | None = None,
 ) -> Result:
     server, store, mode = label
     pool = Pool(port, min(sessions, args.connections))
@@ -307,8 +327,12 @@ async def drive(
                 error_kinds[error] = error_kinds.get(error, 0) + 1
 
     started = time.perf_counter()
+    client_cpu = time.process_time()
+    server_cpu = cpu_seconds(server_pid) if server_pid is not None else 0.0
     await asyncio.gather(*(agent(n) for n in range(sessions)))
     elapsed = time.perf_counter() - started
+    client_cpu = time.process_time() - client_cpu
+    server_cpu = cpu_seconds(server_pid) - server_cpu if server_pid is not None else 0.0
     await pool.aclose()
     ordered = sorted(latencies)
     return Result(
@@ -322,6 +346,8 @@ async def drive(
         rps=round(len(latencies) / elapsed, 1) if elapsed else 0.0,
         p50_ms=round(statistics.median(ordered) * 1000, 1) if ordered else 0.0,
         p99_ms=round(_percentile(ordered, 0.99) * 1000, 1),
+        client_cores=round(client_cpu / elapsed, 2) if elapsed else 0.0,
+        server_cores=round(server_cpu / elapsed, 2) if elapsed else 0.0,
         error_kinds=error_kinds,
     )
 
@@ -395,11 +421,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--stores", default="memory,redis", help="comma list: memory,redis")
     parser.add_argument("--modes", default="full,append", help="comma list: full,append")
     parser.add_argument("--baseline-tree", type=Path, help="also measure this tree's server")
+    parser.add_argument(
+        "--baseline-modes", help="the baseline's modes (default: --modes)", default=None
+    )
     parser.add_argument("--huge", action="store_true", help="add the /healthz stall test")
     parser.add_argument("--json", action="store_true", help="print the results as JSON")
     args = parser.parse_args(argv)
     counts = [int(n) for n in args.sessions.split(",")]
     modes = args.modes.split(",")
+    baseline_modes = (args.baseline_modes or args.modes).split(",")
     servers: list[tuple[str, Path | None]] = [("this", None)]
     if args.baseline_tree is not None:
         servers.insert(0, ("baseline", args.baseline_tree.resolve()))
@@ -418,14 +448,14 @@ def main(argv: list[str] | None = None) -> int:
                 parser.error(f"unknown store {store!r}")
             for server, tree in servers:
                 log = Path(stack.enter_context(tempfile.TemporaryDirectory())) / "server.log"
-                with sidecar(redis_url, tree, log) as port:
+                with sidecar(redis_url, tree, log) as (port, pid):
                     if args.huge and store == "memory":
                         stalls.append(asyncio.run(stall(port, server)))
                     for sessions in counts:
-                        for mode in modes if tree is None else ["full"]:
+                        for mode in modes if tree is None else baseline_modes:
                             label = (server, store, mode)
                             results.append(
-                                asyncio.run(drive(port, label, sessions, args.turns, args))
+                                asyncio.run(drive(port, label, sessions, args.turns, args, pid))
                             )
                 logged = warnings_in(log)
                 if logged:
@@ -447,13 +477,16 @@ def main(argv: list[str] | None = None) -> int:
         )
         print(
             f"{'server':<9} {'store':<7} {'mode':<7} {'sessions':>8} {'requests':>8} "
-            f"{'errors':>6} {'req/s':>8} {'p50 ms':>8} {'p99 ms':>8}"
+            f"{'errors':>6} {'req/s':>8} {'p50 ms':>8} {'p99 ms':>8} {'client':>6} "
+            f"{'server':>6}"
         )
         for r in results:
             print(
                 f"{r.server:<9} {r.store:<7} {r.mode:<7} {r.sessions:>8} {r.requests:>8} "
-                f"{r.errors:>6} {r.rps:>8} {r.p50_ms:>8} {r.p99_ms:>8}"
+                f"{r.errors:>6} {r.rps:>8} {r.p50_ms:>8} {r.p99_ms:>8} "
+                f"{r.client_cores:>6} {r.server_cores:>6}"
             )
+        print("client, server: cores used (CPU seconds per wall second)")
         for r in results:
             if r.error_kinds:
                 print(f"{r.server} {r.store} {r.mode} {r.sessions} errors: {r.error_kinds}")

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -244,6 +245,199 @@ class HostCheck:
         await _send_json(send, 400, {"detail": detail}, close=False)
 
 
+# A turn's path, matched by the fast path exactly as the route and its pattern would.
+_TURN_PATH = re.compile(r"/v1/sessions/([^/]+)/turns")
+_SESSION_ID = re.compile(f"[{SESSION_ID_CHARS}]{{1,{SESSION_ID_MAX}}}")
+_TURN_KEYS = frozenset({"messages", "start"})
+
+
+def _plain_turn(body: bytes) -> tuple[list[dict[str, Any]], int | None] | None:
+    """``(messages, start)`` when ``body`` is a `TurnRequest` with nothing to coerce or
+    refuse; None for anything else, which then goes through FastAPI's validation.
+
+    Parsed with the same ``json.loads`` FastAPI uses, so whatever it accepts here it would
+    accept there; only exact types pass (a list of objects, a non-negative int or null),
+    so no input is accepted here that pydantic would refuse or read differently.
+    """
+    try:
+        data = json.loads(body)
+    except ValueError:
+        return None
+    if type(data) is not dict or "messages" not in data or not data.keys() <= _TURN_KEYS:
+        return None
+    messages, start = data["messages"], data.get("start")
+    if type(messages) is not list or not all(type(m) is dict for m in messages):
+        return None
+    if start is not None and (type(start) is not int or start < 0):
+        return None
+    return messages, start
+
+
+def _json_content(value: bytes | None) -> bool:
+    """Whether FastAPI reads a body with this Content-Type as JSON (absent, or
+    ``application/json`` with parameters): other ``+json`` types take the slow path."""
+    if value is None:
+        return True
+    return value.split(b";", 1)[0].strip().lower() == b"application/json"
+
+
+class FastTurns:
+    """Serve well-formed turn requests without FastAPI's per-request machinery.
+
+    Routing, dependency solving, the request model's validation and the response model
+    cost several times a short turn's own CPU. A POST to a turn path whose token is
+    known, whose body is JSON of exactly the request model's shape, is answered here by
+    the same code as the route (`TurnHandler`), with the same error responses; any other
+    request, including every malformed one, goes to FastAPI untouched (its body replayed),
+    so errors keep their exact shape and the OpenAPI schema stays the route's.
+    """
+
+    def __init__(self, app: ASGIApp, handler: TurnHandler) -> None:
+        self.app = app
+        self.handler = handler
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        match = (
+            _TURN_PATH.fullmatch(scope["path"])
+            if scope["type"] == "http" and scope["method"] == "POST" and not scope.get("root_path")
+            else None
+        )
+        if match is None or _SESSION_ID.fullmatch(match[1]) is None:
+            await self.app(scope, receive, send)
+            return
+        authorization = content_type = None
+        for name, value in scope["headers"]:
+            if name == b"authorization":
+                authorization = value
+            elif name == b"content-type":
+                content_type = value
+        principal = self.handler.principal(authorization)
+        if principal is None or not _json_content(content_type):
+            await self.app(scope, receive, send)
+            return
+        chunks: list[bytes] = []
+        while True:
+            message = await receive()
+            if message["type"] != "http.request":
+                return  # the client went away: nobody to answer
+            chunks.append(message.get("body", b""))
+            if not message.get("more_body", False):
+                break
+        body = b"".join(chunks)
+        plain = _plain_turn(body)
+        if plain is None:
+            await self.app(scope, _replay(body, receive), send)
+            return
+        response = await self.handler.respond(principal, match[1], *plain)
+        await response(scope, receive, send)
+
+
+def _replay(body: bytes, receive: Receive) -> Receive:
+    """A receive that hands over ``body`` (already read) once, then defers to the
+    connection's own (which reports the disconnect)."""
+    sent = False
+
+    async def replay() -> Message:
+        nonlocal sent
+        if not sent:
+            sent = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        return await receive()
+
+    return replay
+
+
+class TurnHandler:
+    """One turn, from a validated request to its response: shared by the route and the
+    fast path, so both answer alike (verdicts, error responses, metrics)."""
+
+    def __init__(
+        self,
+        store: ServedStore,
+        runner: TurnRunner,
+        metrics: Metrics,
+        principals: dict[bytes, str] | None,
+    ) -> None:
+        self.store = store
+        self.runner = runner
+        self.metrics = metrics
+        self.principals = principals
+
+    def principal(self, authorization: bytes | None) -> str | None:
+        """The principal of an Authorization header, None when it names none (the route
+        then answers, with its 401). Digest lookup as in `principal_of`."""
+        if self.principals is None:
+            return ANONYMOUS_PRINCIPAL
+        if authorization is None:
+            return None
+        scheme, _, token = authorization.partition(b" ")
+        if scheme.lower() != b"bearer" or not token:
+            return None
+        return self.principals.get(_digest(token))
+
+    async def run(
+        self, principal: str, session_id: str, messages: list[dict[str, Any]], start: int | None
+    ) -> bytes:
+        """The verdict's JSON; raises what the route's exception handlers answer."""
+        started = time.perf_counter()
+        async with self.store.open(store_key(principal, session_id)) as session:
+            history = messages if start is None else appended_history(session, start, messages)
+            try:
+                outcome = await self.runner.run(
+                    partial(run_turn, session, history, self.store.persists)
+                )
+            except TurnOverBudget:
+                session.discard()  # stopped mid-way: the tracker may be half-updated
+                raise
+        self.metrics.record_turn(outcome.verdict, time.perf_counter() - started)
+        return outcome.body
+
+    async def respond(
+        self, principal: str, session_id: str, messages: list[dict[str, Any]], start: int | None
+    ) -> Response:
+        try:
+            body = await self.run(principal, session_id, messages, start)
+        except (HistoryError, StoreError, AppendConflict, TurnOverBudget) as exc:
+            return self.error_response(exc)
+        return Response(body, media_type="application/json")
+
+    def error_response(
+        self, exc: HistoryError | StoreError | AppendConflict | TurnOverBudget
+    ) -> Response:
+        """The answer to a turn's failure (the route's exception handlers use it too)."""
+        if isinstance(exc, HistoryError):
+            self.metrics.inc("loop_judge_history_errors_total")
+            return _history_error_response(exc)
+        if isinstance(exc, StoreError):
+            self.metrics.inc("loop_judge_store_errors_total", error=type(exc).__name__)
+            return _store_error_response(exc)
+        if isinstance(exc, AppendConflict):
+            self.metrics.inc("loop_judge_rejected_requests_total", reason="append_conflict")
+            return _json_error(409, {"detail": str(exc), "expected_start": exc.expected_start})
+        self.metrics.inc("loop_judge_rejected_requests_total", reason="cpu_budget")
+        content = {"detail": str(exc), "limit": "turn_cpu_budget_s", "budget_s": exc.budget_s}
+        return _json_error(413, content)
+
+
+class SidecarApp(FastAPI):
+    """FastAPI with the Host check, the body limit and the turn fast path in front.
+
+    They wrap the whole app rather than sit in its middleware stack, so a fast turn skips
+    FastAPI's own layers too; everything else passes through them into FastAPI as usual.
+    """
+
+    front: ASGIApp | None = None
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if self.front is not None and scope["type"] == "http":
+            await self.front(scope, receive, send)
+        else:
+            await self._inner(scope, receive, send)
+
+    async def _inner(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await super().__call__(scope, receive, send)
+
+
 _bearer = HTTPBearer(
     auto_error=False,
     description="a token of LOOP_JUDGE_SERVER_TOKEN(S); its principal owns the sessions",
@@ -352,7 +546,7 @@ def create_app(
         finally:
             await served.aclose()
 
-    app = FastAPI(
+    app = SidecarApp(
         title=API_TITLE,
         version=API_VERSION,
         description=(__doc__ or "").strip(),
@@ -366,8 +560,12 @@ def create_app(
     app.state.principals = (
         {_digest(token.encode()): name for token, name in tokens.items()} if tokens else None
     )
-    app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
-    app.add_middleware(HostCheck, names=settings.host_names(), metrics=metrics)
+    handler = TurnHandler(served, runner, metrics, app.state.principals)
+    app.front = HostCheck(
+        BodyLimit(FastTurns(app._inner, handler), max_bytes=settings.max_body_bytes),
+        names=settings.host_names(),
+        metrics=metrics,
+    )
 
     @app.exception_handler(_Unauthorized)
     async def _unauthorized(_request: Request, _exc: _Unauthorized) -> Response:
@@ -387,26 +585,13 @@ def create_app(
                 )
         return await request_validation_exception_handler(request, exc)
 
-    @app.exception_handler(HistoryError)
-    async def _history(_request: Request, exc: HistoryError) -> JSONResponse:
-        metrics.inc("loop_judge_history_errors_total")
-        return _history_error_response(exc)
+    async def _turn_failed(
+        _request: Request, exc: HistoryError | StoreError | AppendConflict | TurnOverBudget
+    ) -> Response:
+        return handler.error_response(exc)
 
-    @app.exception_handler(StoreError)
-    async def _store(_request: Request, exc: StoreError) -> Response:
-        metrics.inc("loop_judge_store_errors_total", error=type(exc).__name__)
-        return _store_error_response(exc)
-
-    @app.exception_handler(AppendConflict)
-    async def _conflict(_request: Request, exc: AppendConflict) -> Response:
-        metrics.inc("loop_judge_rejected_requests_total", reason="append_conflict")
-        return _json_error(409, {"detail": str(exc), "expected_start": exc.expected_start})
-
-    @app.exception_handler(TurnOverBudget)
-    async def _over_budget(_request: Request, exc: TurnOverBudget) -> Response:
-        metrics.inc("loop_judge_rejected_requests_total", reason="cpu_budget")
-        content = {"detail": str(exc), "limit": "turn_cpu_budget_s", "budget_s": exc.budget_s}
-        return _json_error(413, content)
+    for failure in (HistoryError, StoreError, AppendConflict, TurnOverBudget):
+        app.add_exception_handler(failure, _turn_failed)  # type: ignore[arg-type]
 
     @app.post(
         "/v1/sessions/{session_id}/turns",
@@ -419,20 +604,10 @@ def create_app(
         },
     )
     async def turn(session_id: SessionId, body: TurnRequest, principal: Principal) -> Response:
-        started = time.perf_counter()
-        async with served.open(store_key(principal, session_id)) as session:
-            history = (
-                body.messages
-                if body.start is None
-                else appended_history(session, body.start, body.messages)
-            )
-            try:
-                outcome = await runner.run(partial(run_turn, session, history, served.persists))
-            except TurnOverBudget:
-                session.discard()  # stopped mid-way: the tracker may be half-updated
-                raise
-        metrics.record_turn(outcome.verdict, time.perf_counter() - started)
-        return Response(outcome.body, media_type="application/json")
+        # Most turns never get here (`FastTurns` answers them); these are the requests
+        # it left to FastAPI's validation, which let this one through.
+        verdict = await handler.run(principal, session_id, body.messages, body.start)
+        return Response(verdict, media_type="application/json")
 
     @app.post(
         "/v1/sessions/{session_id}/calls",

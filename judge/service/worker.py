@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import ctypes
+import selectors
 import threading
 import time
 from collections.abc import Awaitable, Callable
@@ -72,6 +73,23 @@ def _cpu_clock(thread_id: int) -> Callable[[], float]:
     return lambda: time.clock_gettime(clock_id)
 
 
+class _NoPollWhenBusySelector(selectors.DefaultSelector):
+    """A selector that skips the zero-timeout poll a loop makes while it has work queued.
+
+    A heuristics-only turn runs two loop iterations, each with ``epoll(0)``; the poll
+    releases the GIL, and taking it back waits for the server's thread to give it up (up
+    to the 5 ms switch interval), so a 1 ms turn took several. Skipping it only defers
+    socket events to the loop's next idle moment; the worker loops own no sockets anyway
+    (judge requests run on the server's loop, and its answers arrive by
+    ``call_soon_threadsafe``, which queues the callback without any poll).
+    """
+
+    def select(self, timeout: float | None = None) -> list[tuple[selectors.SelectorKey, int]]:
+        if timeout is not None and timeout <= 0:
+            return []
+        return super().select(timeout)
+
+
 class _ThreadLoop(threading.local):
     """One event loop per worker thread, made on first use, closed when the thread ends."""
 
@@ -79,7 +97,7 @@ class _ThreadLoop(threading.local):
 
     def get(self) -> asyncio.AbstractEventLoop:
         if self.loop is None or self.loop.is_closed():
-            self.loop = asyncio.new_event_loop()
+            self.loop = asyncio.SelectorEventLoop(_NoPollWhenBusySelector())
         return self.loop
 
     def drop(self) -> None:
@@ -93,7 +111,7 @@ class _ThreadLoop(threading.local):
             self.loop.close()
 
 
-@dataclass
+@dataclass(eq=False)  # hashed by identity: the runner keeps its running jobs in a set
 class _Job:
     """What the watchdog and the worker thread share about one run."""
 
@@ -113,6 +131,10 @@ class TurnRunner:
         self.cpu_budget_s = cpu_budget_s
         self._loops = _ThreadLoop()
         self.main_loop: asyncio.AbstractEventLoop | None = None
+        # One watchdog for all running jobs: a task per turn (created, woken every
+        # interval, cancelled) cost the server's loop more than a short turn itself.
+        self._jobs: set[_Job] = set()
+        self._watchdog: asyncio.Task[None] | None = None
 
     async def run(self, work: Callable[[], Awaitable[T]]) -> T:
         """``await work()`` in a worker thread; raises `TurnOverBudget` past the budget.
@@ -123,21 +145,27 @@ class TurnRunner:
         if self.main_loop is None:
             self.main_loop = asyncio.get_running_loop()
         job = _Job()
-        # A plain task, not a task group: errors of the work must reach the caller as
-        # themselves, not wrapped in an ExceptionGroup.
-        watchdog = (
-            asyncio.create_task(self._watch(job, self.cpu_budget_s))
-            if self.cpu_budget_s is not None
-            else None
-        )
+        if self.cpu_budget_s is not None:
+            self._jobs.add(job)
+            self._ensure_watchdog(self.cpu_budget_s)
         try:
             return await anyio.to_thread.run_sync(self._in_thread, job, work, limiter=self.limiter)
         except _OverBudget:
             used = job.clock() - job.cpu_start if job.clock is not None else 0.0
             raise TurnOverBudget(self.cpu_budget_s or 0.0, used) from None
         finally:
-            if watchdog is not None:
-                watchdog.cancel()
+            self._jobs.discard(job)
+
+    def _ensure_watchdog(self, budget_s: float) -> None:
+        """Start the shared watchdog unless one is running on this loop (it stops by
+        itself once no job is left; a loop that closed under it leaves a dead one)."""
+        loop = asyncio.get_running_loop()
+        current = self._watchdog
+        if current is not None and not current.done() and current.get_loop() is loop:
+            return
+        # A plain task, not a task group: errors of the work must reach the caller as
+        # themselves, not wrapped in an ExceptionGroup.
+        self._watchdog = loop.create_task(self._watch_all(budget_s))
 
     def _in_thread(self, job: _Job, work: Callable[[], Awaitable[T]]) -> T:
         ident = threading.get_ident()
@@ -161,16 +189,21 @@ class TurnRunner:
             if job.fired and not finished:
                 self._loops.drop()
 
-    async def _watch(self, job: _Job, budget_s: float) -> None:
-        while True:
-            await anyio.sleep(WATCH_INTERVAL_S)
-            with job.guard:
-                if not job.running or job.clock is None or job.thread_id is None:
-                    continue
-                if job.clock() - job.cpu_start > budget_s:
-                    job.fired = True
-                    _async_raise(job.thread_id, _OverBudget)
-                    return
+    async def _watch_all(self, budget_s: float) -> None:
+        while self._jobs:
+            await asyncio.sleep(WATCH_INTERVAL_S)
+            for job in list(self._jobs):
+                _check(job, budget_s)
+
+
+def _check(job: _Job, budget_s: float) -> None:
+    """Stop ``job``'s thread if it is past the budget (once)."""
+    with job.guard:
+        if job.fired or not job.running or job.clock is None or job.thread_id is None:
+            return
+        if job.clock() - job.cpu_start > budget_s:
+            job.fired = True
+            _async_raise(job.thread_id, _OverBudget)
 
 
 async def _call(work: Callable[[], Awaitable[T]]) -> T:
