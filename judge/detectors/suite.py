@@ -14,6 +14,7 @@ from judge.detectors.base import Detector, Event, Finding, Preflight
 from judge.detectors.cycle import CycleDetector
 from judge.detectors.exact_repeat import ExactRepeatDetector
 from judge.detectors.no_effect import NoEffectDetector
+from judge.detectors.reapply import ReapplyDetector
 from judge.detectors.repeated_feedback import RepeatedFeedbackDetector
 from judge.detectors.repeated_request import RepeatedRequestDetector
 from judge.detectors.result_cycle import ResultCycleDetector
@@ -85,6 +86,7 @@ def default_detectors(config: TrackerConfig) -> list[Detector]:
         TextRepetitionDetector(config.text_similarity, config.text_min_repeats),
         RepeatedFeedbackDetector(),
         NoEffectDetector(),
+        ReapplyDetector(),
         *_semantic_detectors(config),
     ]
 

@@ -1,0 +1,282 @@
+"""The same fix made again: after restoring the file, or after the editor refused it.
+
+Re-running a test between edits is progress while the edits differ (`judge.detectors.edits`
+counts only new ones). Two shapes of real coding runs are not: the agent restores a file
+(``git checkout f``, ``cp f.bak f``) and re-applies the change it just undid, by a new
+mechanism each time (a script, then ``sed``, then a patch), failing the same way; or it
+re-sends an editor call whose target text the editor has already said is not there,
+changing only the replacement. Edit counting cannot see either: a script that writes the
+same lines differently is a new edit, and a refused edit is no edit at all.
+
+- Restore-and-reapply: each restore of a file closes an interval; an interval in which the
+  agent writes again lines it wrote before a restore of that file (at least
+  `SHARED_LINES` of them) re-applies the undone fix. `RESTORE_CYCLES` such intervals are
+  a loop: the fourth application of one fix.
+- Refused edit: an editor call with the same file and the same target text (``old_str``)
+  failing with the same error `SAME_EDIT_FAILURES` times, whatever happened between.
+
+Commands are read up to a bounded head, split on plain string operations (no patterns
+that can backtrack), and remembered as short digests: state stays bounded on any input.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import deque
+from hashlib import blake2b
+from typing import Any
+
+from judge.detectors.base import LOOP_SCORE, Event, Finding, near_miss, short
+from judge.detectors.edits import edited_file, modifies_files
+from judge.detectors.steps import Step
+from judge.verdict import LoopKind
+
+# Restore intervals that re-apply an undone fix before it is a loop. Measured on
+# evals/coding_dev: productive runs restore one file up to 4 times (sphinx-9258) but
+# re-apply undone lines after at most 2 of the restores (django-11564, django-15280,
+# pydicom-1413, sympy-13091: the labels' "bounded 3-attempt retry"); the labelled
+# restore/re-apply loops reach 3 (django-12589, django-14855) and 4 (pyvista-4315).
+RESTORE_CYCLES = 3
+# Lines an edit must share with undone edits of the file to re-apply them. One shared line
+# is often a signature or a call site any fix of that function repeats; the loops share 2
+# to 17 (django-14855's sed re-inserts 2 lines of its scripts' 4-line fix).
+SHARED_LINES = 2
+# Lines shorter than this (after collapsing whitespace) are syntax, not a fix: "else:",
+# "return None", "try:".
+MIN_LINE_CHARS = 16
+# Lines kept per edit: a fix is a few dozen lines; a 300-line script repeats boilerplate.
+LINES_PER_EDIT = 64
+# Undone lines remembered per file (digests): several whole attempts.
+UNDONE_LINES = 256
+# Commands are read up to here: fix scripts written with a heredoc run to a few thousand
+# characters (django-11564's are 2.5k to 4k).
+PAYLOAD_HEAD_CHARS = 8000
+# Recent edits remembered to learn, at a restore, what it undid.
+RECENT_EDITS = 32
+# Files followed at once; a fix touches a few.
+TRACKED_FILES = 8
+# Paths taken from one command: a script names the file it edits once or twice.
+PATHS_PER_EDIT = 8
+MAX_PATH_CHARS = 200
+# The same refused editor call (same file, same target text, same error) this many times
+# is a loop: the labelled Moatless loop (django-15814) sends its stale old_str 3 times;
+# on coding_dev no productive run repeats one refused target text (retries change it).
+SAME_EDIT_FAILURES = 3
+# Refused targets followed at once.
+TRACKED_TARGETS = 16
+
+# Lines that read or write the file, print, import: plumbing every fix script shares.
+_PLUMBING = re.compile(
+    r"open\(|\.read|\.write|print\(|sys\.path|^(?:import |from \S+ import|#|EOF|cat |python|with )"
+)
+# Where a command's words end: whitespace, quotes, brackets, shell operators.
+_WORD_SPLIT = re.compile(r"[\s'\"`(),;=<>|&:\[\]{}]+")
+_GIT_RESTORE = re.compile(r"\bgit\s+(?:checkout|restore)\b([^;&|\n]*)")
+_COPY = re.compile(r"(?:^|[\s;&|(])(?:cp|mv)\s+((?:-[a-zA-Z]+\s+)*)(\S+)\s+(\S+)")
+_BACKUP_SUFFIXES = (".bak", ".orig", ".backup", ".save", ".old")
+_PATH_PREFIXES = ("./", "/testbed/", "/repo/", "/workspace/", "a/", "b/")
+# Argument names that say where an editor edits (the rest is the new text).
+_TARGET_KEYS = ("command", "old_str", "old_string", "old_text", "search", "insert_line")
+# Argument names that hold the text an editor writes.
+_CONTENT_KEYS = ("new_str", "new_string", "new_text", "file_text", "content", "text", "code")
+
+
+def _digest(text: str) -> str:
+    return blake2b(text.encode("utf-8", "replace"), digest_size=8).hexdigest()
+
+
+def _path(word: str) -> str:
+    word = word.strip()
+    for prefix in _PATH_PREFIXES:
+        if word.startswith(prefix):
+            word = word[len(prefix) :]
+    return word
+
+
+def _command(step: Step) -> str | None:
+    parsed = step.call.parsed
+    if isinstance(parsed, dict):
+        value = parsed.get("command")
+        return value if isinstance(value, str) else None
+    return step.call.canonical if parsed is None else None
+
+
+def restored_files(command: str) -> tuple[str, ...]:
+    """The files a shell command puts back as they were: ``git checkout [--] f``, ``git
+    restore f``, ``cp f.bak f`` / ``mv f.orig f``."""
+    head = command[:PAYLOAD_HEAD_CHARS]
+    found: list[str] = []
+    for match in _GIT_RESTORE.finditer(head):
+        for word in match.group(1).split():
+            # Options and refs are no files; a file has a directory or an extension.
+            if not word.startswith("-") and ("/" in word or "." in word) and word != ".":
+                found.append(_path(word))
+    for match in _COPY.finditer(head):
+        source, target = match.group(2), _path(match.group(3))
+        _, dot, suffix = source.rpartition(".")
+        if dot and any(f".{suffix}".startswith(s) for s in _BACKUP_SUFFIXES) and target:
+            found.append(target)
+    return tuple(dict.fromkeys(p for p in found if p and len(p) <= MAX_PATH_CHARS))
+
+
+def _lines(text: str) -> tuple[str, ...]:
+    """Digests of the lines an edit writes that look like code of a fix."""
+    kept: dict[str, None] = {}
+    for raw in text[:PAYLOAD_HEAD_CHARS].replace("\\n", "\n").split("\n"):
+        line = " ".join(raw.replace("\\", "").split())
+        if line[:2] in ("+ ", "- "):  # a patch's added (or removed) line
+            line = line[2:]
+        if len(line) < MIN_LINE_CHARS or _PLUMBING.search(line):
+            continue
+        kept.setdefault(_digest(line))
+        if len(kept) >= LINES_PER_EDIT:
+            break
+    return tuple(kept)
+
+
+def _paths(text: str) -> tuple[str, ...]:
+    found: dict[str, None] = {}
+    for word in _WORD_SPLIT.split(text[:PAYLOAD_HEAD_CHARS]):
+        if ("/" in word or "." in word) and 3 <= len(word) <= MAX_PATH_CHARS:
+            found.setdefault(_path(word))
+            if len(found) >= PATHS_PER_EDIT * 4:
+                break
+    return tuple(found)
+
+
+def _mentions(paths: tuple[str, ...], file: str) -> bool:
+    """Whether a command naming ``paths`` works on ``file`` (``helpers.py`` names
+    ``django/contrib/admin/helpers.py`` when the agent has cd'ed there)."""
+    return any(p == file or file.endswith("/" + p) or p.endswith("/" + file) for p in paths)
+
+
+class ReapplyDetector:
+    """Counts fixes made again after a restore, and editor calls refused the same way."""
+
+    name = "reapply"
+    reads_messages = False  # it reasons about call steps only
+    STATE = ("_recent", "_files", "_refused", "_current")
+
+    def __init__(self, cycles: int = RESTORE_CYCLES, refusals: int = SAME_EDIT_FAILURES) -> None:
+        self._cycles = cycles
+        self._refusals = refusals
+        self.reset()
+
+    def reset(self) -> None:
+        # (paths the edit names, digests of its lines, call index)
+        self._recent: deque[tuple[tuple[str, ...], tuple[str, ...], int]] = deque(
+            maxlen=RECENT_EDITS
+        )
+        # file -> (undone line digests, restores, re-applying intervals, this interval
+        # already counted, call index of the last restore, evidence)
+        self._files: dict[str, tuple[tuple[str, ...], int, int, bool, int, tuple[int, ...]]] = {}
+        # refused target -> (times, evidence)
+        self._refused: dict[str, tuple[int, tuple[int, ...]]] = {}
+        self._current: Finding | None = None
+
+    def observe(self, event: Event) -> Finding | None:
+        if not isinstance(event, Step):
+            return self._current
+        self._current = None  # each finding speaks on the step that completes it
+        if event.outcome.failed:
+            self._current = self._refusal(event)
+            return self._current
+        if not modifies_files(event.call):
+            return None
+        path = edited_file(event.call)
+        if path is not None:
+            parsed = event.call.parsed
+            text = ""
+            if isinstance(parsed, dict):
+                text = "\n".join(
+                    v for k, v in parsed.items() if isinstance(v, str) and k in _CONTENT_KEYS
+                )
+            self._edit(event, (_path(path),), _lines(text))
+            return self._current
+        command = _command(event)
+        if command is None:
+            return None
+        restored = restored_files(command)
+        if restored:
+            for file in restored:
+                self._restore(file, event.call_index)
+            return None
+        self._edit(event, _paths(command), _lines(command))
+        return self._current
+
+    def _restore(self, file: str, index: int) -> None:
+        undone, restores, cycles, _, last, evidence = self._files.pop(
+            file, ((), 0, 0, False, -1, ())
+        )
+        gathered = dict.fromkeys(undone)
+        for paths, lines, at in self._recent:
+            if at > last and _mentions(paths, file):
+                gathered.update(dict.fromkeys(lines))
+        kept = tuple(gathered)[-UNDONE_LINES:]
+        self._files[file] = (kept, restores + 1, cycles, False, index, evidence)
+        while len(self._files) > TRACKED_FILES:
+            del self._files[next(iter(self._files))]
+
+    def _edit(self, step: Step, paths: tuple[str, ...], lines: tuple[str, ...]) -> None:
+        self._recent.append((paths[: PATHS_PER_EDIT * 4], lines, step.call_index))
+        if not lines:
+            return
+        for file, (undone, restores, cycles, counted, last, evidence) in list(self._files.items()):
+            if counted or not undone or not _mentions(paths, file):
+                continue
+            shared = len(set(lines).intersection(undone))
+            if shared < SHARED_LINES:
+                continue
+            cycles += 1
+            evidence = (*evidence, last, step.call_index)[-2 * self._cycles :]
+            self._files[file] = (undone, restores, cycles, True, last, evidence)
+            self._current = Finding(
+                detector=self.name,
+                kind=LoopKind.SIMILAR_RETRY,
+                score=LOOP_SCORE if cycles >= self._cycles else near_miss(cycles, self._cycles),
+                evidence=evidence,
+                summary=f"{short(file, 50)} restored {restores}x and the undone fix re-applied "
+                f"after {cycles} of the restores ({shared} lines written again)",
+                pattern=f"reapply:{file}",
+                details={"file": short(file, 200), "restores": restores, "count": cycles,
+                         "limit": self._cycles - 1},
+            )  # fmt: skip
+
+    def _refusal(self, step: Step) -> Finding | None:
+        """The same refused editor call again (only the replacement text changed)."""
+        path = edited_file(step.call)
+        parsed = step.call.parsed
+        if path is None or not isinstance(parsed, dict):
+            return None
+        target = {k: parsed[k] for k in _TARGET_KEYS if parsed.get(k) not in (None, "null")}
+        if not any(k != "command" for k in target):
+            return None  # no target text: nothing stale to re-send
+        key = _digest(f"{step.call.name}\x00{_path(path)}\x00{sorted(target.items())!r}")
+        key = f"{key}:{step.key}"
+        times, evidence = self._refused.pop(key, (0, ()))
+        times, evidence = times + 1, (*evidence, step.call_index)[-2 * self._refusals :]
+        self._refused[key] = (times, evidence)
+        while len(self._refused) > TRACKED_TARGETS:
+            del self._refused[next(iter(self._refused))]
+        if times < 2:
+            return None
+        return Finding(
+            detector=self.name,
+            kind=LoopKind.SIMILAR_RETRY,
+            score=LOOP_SCORE if times >= self._refusals else near_miss(times, self._refusals),
+            evidence=evidence,
+            summary=f"{step.call.name} sent {times}x with the same target in {short(path, 50)}, "
+            f"refused the same way each time: {short(step.result or '', 80)}",
+            pattern=f"refused:{key}",
+            details=_details(step, times, self._refusals),
+        )
+
+
+def _details(step: Step, times: int, limit: int) -> dict[str, Any]:
+    return {
+        "tool": step.call.name,
+        "count": times,
+        "limit": limit - 1,
+        "result": short(step.result or "", 200),
+        "failing": True,
+    }
