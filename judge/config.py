@@ -171,6 +171,8 @@ DEFAULT_WEIGHTS: dict[str, float] = {
     "result_cycle": 0.2,
     "text_repetition": 0.2,
     "repeated_request": 0.0,  # suspicion only: it brings the judge's check forward
+    # re-reads flag on their own at their limits; below them they only ask the judge early
+    "revisit": 0.0,
     "semantic_repeat": 0.2,
 }
 

@@ -45,9 +45,11 @@ def test_modifying_tool_third_identical_call_is_a_loop() -> None:
 
 
 def test_exploration_tool_gets_ten_identical_calls() -> None:
+    # a targetless exploration call (a status poll); re-reading one file unchanged has the
+    # lower limit of judge.detectors.revisit
     agent = Agent()
     for _ in range(11):
-        agent.call("read_file", {"path": "notes.md"}, "# Notes\nsome content")
+        agent.call("get_queue_status", {"queue": 7}, '{"depth": 3, "state": "draining"}')
     verdicts = replay(agent)
     assert first_flag(verdicts) == 11
 

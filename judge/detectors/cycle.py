@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections import deque
 
-from judge.detectors.base import LOOP_SCORE, SUSPICION_CAP, Event, Finding, short
+from judge.detectors.base import LOOP_SCORE, Event, Finding, near_miss, short
 from judge.detectors.steps import Step
 from judge.verdict import LoopKind
 
@@ -64,7 +64,10 @@ class CycleDetector:
                 continue
             needed = self._needed(period)
             looping = reps >= needed
-            score = LOOP_SCORE if looping else SUSPICION_CAP * (reps / needed)
+            # One repetition short of the loop is the suspicion that asks the judge early,
+            # as every detector's near miss is (A-B-A-B with the same results: an item page
+            # and back to the list, twice).
+            score = LOOP_SCORE if looping else near_miss(reps, needed - 1)
             if best is not None and score <= best.score:
                 continue
             steps = list(self._steps)[-period * reps :]

@@ -1,8 +1,10 @@
 """Classify a tool result and reduce it to a key for "same result again" comparisons.
 
 Errors are compared after masking what changes between otherwise identical failures
-(numbers, hex ids, timestamps, durations, temp paths); data results are compared as they
-are, because two listings that differ by one number are different data.
+(numbers, hex ids, timestamps, durations, temp paths). Data results are masked far less:
+only tokens that differ between two runs of the same command by nature (timestamps, uuids,
+object addresses, measured durations, pids, request ids, attempt counters, random temp
+names), because two listings that differ by one real number are different data.
 """
 
 from __future__ import annotations
@@ -212,6 +214,97 @@ def mask(text: str) -> str:
     return out.lower()
 
 
+# Tokens of a data result that change on every run of the same command and carry nothing
+# about the data (issue 15, section 2): a re-read whose output differs only in these is the
+# same result. Bare numbers, percentages and hex digests are left alone: a count, a progress
+# figure or a commit hash that moves is progress. Every pattern is anchored on a literal or
+# a bounded run of characters, so one pass is linear in the text.
+_VOLATILE: tuple[tuple[tuple[str, ...], re.Pattern[str], str], ...] = (
+    # (literals one of which the lower-cased text must hold for the pattern to be tried,
+    # pattern, placeholder): the literal test is a C-speed scan that spares most passes
+    (
+        ("-",),
+        re.compile(r"\b[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\b", re.I),
+        "<uuid>",
+    ),
+    # a date with a time of day (log lines, "generated at"), a clock time; a bare date is data
+    (
+        (":",),
+        re.compile(
+            r"\b\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}:\d{2}(?:[.,]\d{1,9})?(?:Z|[+-]\d{2}:?\d{2})?|"
+            r"\b\d{1,2}:\d{2}:\d{2}(?:\.\d{1,9})?\b"
+        ),
+        "<time>",
+    ),
+    # CPython reprs and C pointers: "<Foo object at 0x7f3a1c2b9d30>"
+    (("0x",), re.compile(r"\b0x[0-9a-f]{6,16}\b", re.I), "<addr>"),
+    # measured durations: a fraction of a second ("passed in 0.31s"), sub-second units, a
+    # progress bar's rate; a whole number of seconds ("timeout 30s") is often a setting
+    (
+        ("s",),
+        re.compile(
+            r"\b\d{1,9}\.\d{1,9}\s?(?:s|sec|secs|seconds|ms|us|µs|ns)\b|"
+            r"\b\d{1,9}\s?(?:ms|us|µs|ns)\b|\b\d{1,9}(?:\.\d{1,9})?\s?(?:it/s|s/it)\b"
+        ),
+        "<dur>",
+    ),
+    (
+        ("elapsed", "took", "uptime"),
+        re.compile(r"\b(?:elapsed|took|uptime)\b[\s:=]{0,3}\d[\d.:hms ]{0,23}", re.I),
+        "<dur>",
+    ),
+    (
+        ("pid", "process id"),
+        re.compile(r"\b(?:pid|process id)\b[\s:=#]{0,3}\d{1,10}", re.I),
+        "<pid>",
+    ),
+    (
+        ("id",),
+        re.compile(
+            r"\b(?:request|req|trace|span|correlation|session|run|job)[ _-]?id\b"
+            r"[\s:=#\"']{0,4}[\w-]{1,64}",
+            re.I,
+        ),
+        "<id>",
+    ),
+    (
+        ("attempt", "retry", "try"),
+        re.compile(
+            r"\b(?:attempt|retry|try)\s{0,2}#?\d{1,6}(?:\s{0,2}(?:/|of)\s{0,2}\d{1,6})?", re.I
+        ),
+        "<try>",
+    ),
+    # random names of tempfile, mktemp and pytest's tmp_path
+    (
+        ("tmp", "pytest-of-", "/var/folders/"),
+        re.compile(
+            r"\btmp[a-z0-9_]{8}\b|/tmp/tmp\.[A-Za-z0-9]{6,12}\b|"
+            r"\bpytest-of-[\w.-]{1,64}/pytest-\d{1,9}\b|/var/folders/[^\s'\":]{1,200}"
+        ),
+        "<tmp>",
+    ),
+)
+
+
+# Longer data results are keyed unmasked: ten regex passes cost ~1 us a character here
+# (1,000x the digest), and the re-runs this is for (a test summary, a status page, an API
+# reply, one screen of a file: all under 4k characters in both labelled sets) are short.
+# Unmasked keys only ever miss a repeat, never invent one.
+VOLATILE_MAX_CHARS = 8000
+
+
+def volatile_masked(text: str) -> str:
+    """A data result with its run-to-run noise replaced by placeholders (whitespace kept);
+    longer than VOLATILE_MAX_CHARS, the text as it is."""
+    if len(text) > VOLATILE_MAX_CHARS:
+        return text
+    lowered = text.lower()
+    for triggers, pattern, placeholder in _VOLATILE:
+        if any(t in lowered for t in triggers):
+            text = pattern.sub(placeholder, text)
+    return text
+
+
 def _digest(text: str) -> str:
     return blake2b(text.encode("utf-8", "replace"), digest_size=8).hexdigest()
 
@@ -219,7 +312,8 @@ def _digest(text: str) -> str:
 def result_key(text: str | None, outcome: Outcome) -> str:
     """A short key equal for results that count as "the same".
 
-    Errors and empties are masked; data is compared whitespace-normalized but unmasked.
+    Errors and empties are masked; data is compared whitespace-normalized with only its
+    volatile tokens masked (`volatile_masked`).
     """
     if text is None:
         return "missing"
@@ -237,4 +331,4 @@ def result_key(text: str | None, outcome: Outcome) -> str:
             text = text.rstrip()[: -len(trailer)]
         lines = [ln for ln in text.strip().splitlines() if ln.strip()] or [""]
         return "E:" + _digest(mask(lines[0][:200]) + "|" + mask(lines[-1][-200:]))
-    return "D:" + _digest(" ".join(text.split()))
+    return "D:" + _digest(" ".join(volatile_masked(text).split()))

@@ -18,6 +18,7 @@ from judge.detectors.reapply import ReapplyDetector
 from judge.detectors.repeated_feedback import RepeatedFeedbackDetector
 from judge.detectors.repeated_request import RepeatedRequestDetector
 from judge.detectors.result_cycle import ResultCycleDetector
+from judge.detectors.revisit import RevisitDetector
 from judge.detectors.semantic_repeat import SemanticRepeatDetector
 from judge.detectors.similar_retry import SimilarRetryDetector
 from judge.detectors.steps import StepBuilder
@@ -44,9 +45,13 @@ class Assessment:
     findings: tuple[Finding, ...]
 
 
+# What most turns find: nothing (immutable, so one is shared).
+NOTHING_FOUND = Assessment(None, 0.0, ())
+
+
 def combine(findings: Sequence[Finding], weights: dict[str, float]) -> Assessment:
     if not findings:
-        return Assessment(None, 0.0, ())
+        return NOTHING_FOUND
     ranked = tuple(sorted(findings, key=lambda f: f.score, reverse=True))
     top = ranked[0]
     strong = [f for f in ranked if f.score >= PAIR_SCORE]
@@ -87,6 +92,7 @@ def default_detectors(config: TrackerConfig) -> list[Detector]:
         RepeatedFeedbackDetector(),
         NoEffectDetector(),
         ReapplyDetector(),
+        RevisitDetector(),
         *_semantic_detectors(config),
     ]
 

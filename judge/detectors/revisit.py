@@ -1,0 +1,226 @@
+"""Reading again what was already read, with nothing changed since.
+
+Three disguises of one loop (issue 15, section 2) that identical-call counting misses:
+
+- the same target re-read in a row with an unchanged result, each call worded a little
+  differently: ``ls ./src``, ``ls src/``, ``ls /repo/src``; ``max_depth`` 2, 3, 4 returning
+  the same tree; the same file slice shifted by a line;
+- an exploration that keeps coming back to content it has already seen: a file region
+  viewed, another file, the same region again, the same search again; paging that wraps
+  around to windows it showed before.
+
+A read is a step of a read-only tool (`ToolClass.EXPLORE`, an editor's ``view`` command, or
+a read-only shell command) that returned data. A new file change starts everything over:
+reading a file again after editing it is how an agent checks its work.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import deque
+from typing import Any
+
+from judge.detectors.base import LOOP_SCORE, SUSPICION_CAP, Event, Finding, near_miss, short
+from judge.detectors.outcome import Outcome
+from judge.detectors.steps import Step
+from judge.detectors.tool_classes import ToolClass, classify_tool
+from judge.verdict import LoopKind
+
+# Same target, unchanged result, nothing in between: reads allowed in a row before the next
+# is a loop. Measured (evals/data and evals/coding_dev, reads of a path, URL or query): no
+# productive run re-reads one target unchanged more than 2 times in a row (3 of 181 runs
+# do it twice, all `sed -n` slices of one file), so a fourth read is a loop; the explore
+# class limit of 10 (design notes) is left for targetless calls such as status polls.
+READ_RUN_LIMIT = 3
+# Recent steps searched for content read before (the exact-repeat detector's recur_window).
+REVISIT_WINDOW = 12
+# Reads within the window, since the last file change, that return to a result already
+# seen after a different one. Measured with the window above: 2 of 181 productive runs
+# reach 2 returns and none reaches 3, so 2 asks the judge early (the loops it then finds:
+# moatless sympy-23262, six turns after onset) and 4 is a loop on its own.
+REVISIT_SUSPECT = 2
+REVISIT_LOOP = 4
+
+# Argument names whose value is what a call reads: a path, a URL, a query.
+_PATH_KEYS = frozenset(
+    {"path", "file", "file_path", "filepath", "filename", "dir", "directory", "cwd", "root"}
+)
+_QUERY_KEYS = frozenset({"query", "q", "pattern", "regex", "search", "search_term", "glob"})
+# Arguments walked per call, and characters kept per value: real calls name a few targets.
+_MAX_LEAVES = 32
+_MAX_VALUE_CHARS = 300
+# Tools whose latest read is remembered: agents use a few dozen tools at most.
+_MAX_TOOLS = 64
+# A read-only shell command: what it prints is the whole effect (its first word decides;
+# ``cd DIR &&`` in front is skipped). Only the head of the command is looked at.
+_COMMAND_HEAD_CHARS = 200
+_READ_ONLY_COMMAND = re.compile(
+    r"\s{0,8}(?:cd\s{1,8}[^\s;&|]{1,200}\s{0,8}&&\s{0,8})?"
+    r"(?P<command>cat|nl|head|tail|less|more|wc|ls|tree|find|grep|egrep|rg|ag|stat|file|"
+    r"sed\s{1,8}-n|awk|git\s{1,8}(?:show|log|diff|status|grep|blame))\b"
+)
+_URL = re.compile(r"[a-z][a-z0-9+.-]{0,16}://", re.IGNORECASE)
+_EXTENSION = re.compile(r"\.[A-Za-z][A-Za-z0-9]{0,7}$")
+_NON_WORD = re.compile(r"[^0-9a-z]+")
+_SHELL_WORD = re.compile(r"[^\s'\"]{1,300}")
+
+
+def _leaves(value: Any, key: str, out: list[tuple[str, str]]) -> None:
+    """String arguments with the name they were given under (bounded walk)."""
+    if len(out) >= _MAX_LEAVES:
+        return
+    if isinstance(value, str):
+        out.append((key, value[:_MAX_VALUE_CHARS]))
+    elif isinstance(value, dict):
+        for k, v in value.items():
+            _leaves(v, str(k).lower(), out)
+    elif isinstance(value, list):
+        for v in value:
+            _leaves(v, key, out)
+
+
+def _pathlike(text: str) -> bool:
+    """``src/app``, ``settings.py``: a value that names a file or folder."""
+    if not text or text.startswith("-") or any(c.isspace() for c in text):
+        return False
+    return "/" in text or _EXTENSION.search(text) is not None
+
+
+def _path(text: str) -> str:
+    """``./src``, ``src/``, ``/repo/src`` all name ``src``: the last component. Read results
+    are compared too, so two files with one name never pass for one read."""
+    parts = [p for p in text.strip().strip("'\"").split("/") if p and p != "."]
+    return parts[-1] if parts else "/"
+
+
+def _url(text: str) -> str:
+    text = text.strip()
+    scheme = _URL.match(text)
+    return (text[scheme.end() :] if scheme else text).rstrip("/").lower()
+
+
+def _query(text: str) -> str:
+    return " ".join(_NON_WORD.sub(" ", text.lower()).split())
+
+
+def _command_target(command: str) -> str | None:
+    head = command[:_COMMAND_HEAD_CHARS]
+    matched = _READ_ONLY_COMMAND.match(head)
+    if matched is None:
+        return None
+    words = _SHELL_WORD.findall(head, matched.start("command"))
+    names = sorted({_path(w) for w in words if _pathlike(w) and not _URL.match(w)})
+    return "sh:" + ",".join(names) if names else None
+
+
+def read_target(step: Step) -> str | None:
+    """What a read-only step reads, normalized (None: not a read of a named target)."""
+    leaves: list[tuple[str, str]] = []
+    _leaves(step.call.parsed, "", leaves)
+    commands = [v for k, v in leaves if k in ("command", "cmd")]
+    explore = classify_tool(step.call.name) is ToolClass.EXPLORE or "view" in commands
+    if not explore:
+        shell = next((v for v in commands if v != "view"), None)
+        return _command_target(shell) if shell is not None else None
+    targets = []
+    for key, value in leaves:
+        if _URL.match(value):
+            targets.append("url:" + _url(value))
+        elif key in _PATH_KEYS or (key not in _QUERY_KEYS and _pathlike(value)):
+            targets.append("path:" + _path(value))
+        elif key in _QUERY_KEYS:
+            targets.append("q:" + _query(value))
+    return "|".join(sorted(set(targets))) if targets else None
+
+
+class RevisitDetector:
+    """Counts unchanged re-reads of one target in a row, and returns to content already
+    read within the recent window, both since the last new file change."""
+
+    name = "revisit"
+    reads_messages = False  # it reasons about call steps only
+    # Attributes that make up the detector's state (serialized by LoopTracker.state).
+    STATE = ("_run", "_window", "_latest", "_current")
+
+    def __init__(self) -> None:
+        self.reset()
+
+    def reset(self) -> None:
+        # the current run: (tool, target, result key, edit count, recent call indices, length)
+        self._run: tuple[str, str, str, int, tuple[int, ...], int] | None = None
+        # recent steps: (tool, result key or "" if not a read, edit count, returned, index)
+        self._window: deque[tuple[str, str, int, bool, int]] = deque(maxlen=REVISIT_WINDOW)
+        # tool -> the result key of its latest read, for the _MAX_TOOLS tools read last
+        self._latest: dict[str, str] = {}
+        self._current: Finding | None = None
+
+    def observe(self, event: Event) -> Finding | None:
+        if not isinstance(event, Step):
+            return self._current
+        ok = event.outcome is Outcome.OK
+        target = read_target(event) if ok else None
+        read = ok and (target is not None or classify_tool(event.call.name) is ToolClass.EXPLORE)
+        found = [f for f in (self._track_run(event, target), self._track_returns(event, read)) if f]
+        self._current = max(found, key=lambda f: f.score) if found else None
+        if read:
+            # re-inserted so the oldest tool is the first to go once the map is full
+            self._latest.pop(event.call.name, None)
+            self._latest[event.call.name] = event.key
+            if len(self._latest) > _MAX_TOOLS:
+                del self._latest[next(iter(self._latest))]
+        return self._current
+
+    def _track_run(self, step: Step, target: str | None) -> Finding | None:
+        if target is None:
+            self._run = None
+            return None
+        tool, key, edits = step.call.name, step.key, step.edits
+        run = self._run
+        if run is not None and run[:4] == (tool, target, key, edits):
+            indices = (*run[4], step.call_index)[-REVISIT_WINDOW:]
+            count = run[5] + 1
+        else:
+            indices, count = (step.call_index,), 1
+        self._run = (tool, target, key, edits, indices, count)
+        if count < READ_RUN_LIMIT:
+            return None
+        looping = count > READ_RUN_LIMIT
+        return Finding(
+            detector=self.name,
+            kind=LoopKind.EXACT_REPEAT,
+            score=LOOP_SCORE if looping else near_miss(count, READ_RUN_LIMIT),
+            evidence=indices,
+            summary=f"{tool} read {short(target.split(':', 1)[-1], 40)!r} {count}x in a row "
+            "and got the same result each time, with nothing changed in between",
+            pattern=f"revisit:{tool}:{short(target, 60)}",
+            details={
+                "tool": tool,
+                "target": short(target, 120),
+                "count": count,
+                "limit": READ_RUN_LIMIT,
+                "result": short(step.result or "", 200),
+            },
+        )
+
+    def _track_returns(self, step: Step, read: bool) -> Finding | None:
+        tool, key, edits = step.call.name, step.key, step.edits
+        returned = (
+            read
+            and self._latest.get(tool, key) != key
+            and any(t == tool and k == key and e == edits for t, k, e, _, _ in self._window)
+        )
+        self._window.append((tool, key if read else "", edits, returned, step.call_index))
+        returns = [i for t, _, e, r, i in self._window if r and e == edits]
+        if len(returns) < REVISIT_SUSPECT:
+            return None
+        looping = len(returns) >= REVISIT_LOOP
+        return Finding(
+            detector=self.name,
+            kind=LoopKind.ALTERNATION,
+            score=LOOP_SCORE if looping else SUSPICION_CAP,
+            evidence=tuple(returns),
+            summary=f"{len(returns)} of the last {len(self._window)} calls read again what "
+            "an earlier call already showed, with no file changed since",
+            pattern=f"revisit-return:{tool}",
+            details={"tool": tool, "count": len(returns), "limit": REVISIT_LOOP - 1},
+        )
