@@ -2007,6 +2007,242 @@ def _n_two_reads(r: Run) -> int | None:
     return None
 
 
+# ---------------------------------------------------------------------------------------
+# Loops that hide from identical-call counting, and their productive look-alikes
+# (issue 15, section 2: creeping arguments, path variants, unchanged re-reads)
+# ---------------------------------------------------------------------------------------
+
+
+@case(
+    "similar-retry-limit-creep",
+    "similar_retry",
+    "list_files(config, limit=10/20/40/80/100): the folder has 6 entries, every listing is the "
+    "same 6 (only the reported timing differs); the wanted override file is not there",
+    agent="coding agent (list_files/read_file tools)",
+)
+def _sr_limit_creep(r: Run) -> int | None:
+    r.system(SYSTEM_CODER)
+    r.user(
+        "Staging ignores the retry settings. Check whether there is a settings.local.yaml "
+        "override in the config folder that wins over settings.yaml."
+    )
+    names = ["base.yaml", "logging.yaml", "retry.yaml", "settings.yaml", "staging.yaml", "README"]
+    thoughts = [
+        "Let me list the config folder.",
+        "I don't see settings.local.yaml; maybe the listing was cut off. Raising the limit.",
+        "Still not there. It could be further down the listing; let me ask for more entries.",
+        "Let me try an even larger limit in case the override is sorted last.",
+        "One more time with the maximum limit to be sure nothing is hidden.",
+    ]
+    onset = None
+    for i, limit in enumerate((10, 20, 40, 80, 100)):
+        timing = (12, 9, 15, 11, 10)[i]
+        listing = _listing(names) + f"\n(6 entries, listed in 0.0{timing}s)"
+        idx = r.call("list_files", {"path": "config", "limit": limit}, listing, thoughts[i])
+        onset = idx if onset is None else onset
+    r.say("There is no settings.local.yaml in config/.")
+    return onset
+
+
+@case(
+    "similar-retry-ls-path-variants",
+    "similar_retry",
+    "ls -la of ./src, src/, ./src again, /workspace/src, src: one folder listed 5 times under "
+    "cosmetically different paths, identical output, looking for a file that is not in it",
+    agent="coding agent (bash tool)",
+)
+def _sr_ls_variants(r: Run) -> int | None:
+    r.system(SYSTEM_CODER)
+    r.user("Our feature flags are read from flags.toml somewhere under src. Where is it loaded?")
+    listing = (
+        "total 40\n"
+        "drwxr-xr-x 5 dev dev 4096 Jun  3 09:12 .\n"
+        "drwxr-xr-x 9 dev dev 4096 Jun  3 09:12 ..\n"
+        "-rw-r--r-- 1 dev dev  812 Jun  3 09:12 __init__.py\n"
+        "drwxr-xr-x 2 dev dev 4096 Jun  3 09:12 api\n"
+        "-rw-r--r-- 1 dev dev 2301 Jun  3 09:12 app.py\n"
+        "drwxr-xr-x 2 dev dev 4096 Jun  3 09:12 core\n"
+        "-rw-r--r-- 1 dev dev 1544 Jun  3 09:12 settings.py\n"
+        "drwxr-xr-x 2 dev dev 4096 Jun  3 09:12 workers"
+    )
+    r.call("bash", {"command": "pwd"}, "/workspace")
+    paths = ["./src", "src/", "./src", "/workspace/src", "src"]
+    thoughts = [
+        "Let me look at the source folder.",
+        "flags.toml isn't listed. Let me list src/ to be sure I'm in the right place.",
+        "Let me check ./src once more; maybe I missed it.",
+        "Maybe the relative path is wrong. Using the absolute path.",
+        "Let me list src again, it must be there.",
+    ]
+    onset = None
+    for path, thought in zip(paths, thoughts, strict=True):
+        idx = r.call("bash", {"command": f"ls -la {path}"}, listing, thought)
+        onset = idx if onset is None else onset
+    r.say("flags.toml does not seem to exist under src.")
+    return onset
+
+
+@case(
+    "exact-repeat-reread-unchanged-file",
+    "exact_repeat",
+    "Reads the same unchanged 40-line file 6 times in a row, each time with a new "
+    "justification, never edits (under the class limit of 10 identical reads)",
+    agent="Claude-Code-style agent (Read/Grep/Edit tools)",
+    id_style="anthropic",
+)
+def _reread_unchanged(r: Run) -> int | None:
+    r.system(SYSTEM_CODER)
+    r.user("Requests to /export time out after 30 s. Make the export endpoint stream its rows.")
+    path = "/workspace/api/export.py"
+    r.call(
+        "Grep",
+        {"pattern": "def export", "path": "/workspace/api"},
+        "/workspace/api/export.py:18:def export(request):",
+    )
+    content = _py_file("api/export.py", 40, 3)
+    thoughts = [
+        "Let me read the export handler.",
+        "Before changing anything I want to see how the rows are collected.",
+        "Let me double-check where the response object is built.",
+        "I should confirm which helper serializes each row.",
+        "Let me look at the imports at the top of the file once more.",
+        "I want to re-verify the loop over the queryset before editing.",
+    ]
+    onset = None
+    for thought in thoughts:
+        idx = r.call("Read", {"file_path": path}, content, thought)
+        onset = idx if onset is None else onset
+    r.say("I need more information about the export format before editing.")
+    return onset
+
+
+@case(
+    "negative-limit-creep-finds-it",
+    "none",
+    "raises list_files' limit 10 -> 20 -> 40 on a big folder: each listing is longer, the third "
+    "is complete and shows the wanted file, which is then read",
+    agent="coding agent (list_files/read_file tools)",
+)
+def _n_limit_creep(r: Run) -> int | None:
+    r.system(SYSTEM_CODER)
+    r.user("Is there a migration that adds the `archived_at` column? Check migrations/.")
+    names = [f"{n:04d}_{w}.py" for n, w in enumerate(["init", "users", "orders", "items"] * 6, 1)]
+    names[22] = "0023_add_archived_at.py"
+    for limit in (10, 20, 40):
+        shown = names[:limit]
+        rest = len(names) - len(shown)
+        listing = _listing(shown) + (f"\n... {rest} more entries" if rest > 0 else "")
+        r.call(
+            "list_files",
+            {"path": "migrations", "limit": limit},
+            listing,
+            "The listing is truncated; asking for more entries." if limit > 10 else "",
+        )
+    r.call(
+        "read_file",
+        {"path": "migrations/0023_add_archived_at.py"},
+        "operations = [\n    migrations.AddField('order', 'archived_at', models.DateTimeField"
+        "(null=True)),\n]",
+    )
+    r.say("Yes: migrations/0023_add_archived_at.py adds order.archived_at.")
+    return None
+
+
+@case(
+    "negative-path-variant-then-found",
+    "none",
+    "ls ./service/src fails, ls service/src/ fails the same way, then the absolute path of "
+    "the right checkout lists the folder and the agent moves on (one bounded retry)",
+    agent="coding agent (bash tool)",
+)
+def _n_path_found(r: Run) -> int | None:
+    r.system(SYSTEM_CODER)
+    r.user("Find the gRPC service definitions of the billing service.")
+    missing = "ls: cannot access '{}': No such file or directory"
+    r.call("bash", {"command": "ls ./service/src"}, missing.format("./service/src"))
+    r.call(
+        "bash",
+        {"command": "ls service/src/"},
+        missing.format("service/src/"),
+        "Maybe the trailing slash matters.",
+    )
+    r.call("bash", {"command": "ls /workspace"}, "billing-service\ndocs\ntools")
+    r.call(
+        "bash",
+        {"command": "ls /workspace/billing-service/src"},
+        "billing.proto\nserver.py\nclient.py\nmodels.py",
+        "The service lives in billing-service.",
+    )
+    r.call(
+        "bash",
+        {"command": "grep -n 'rpc ' /workspace/billing-service/src/billing.proto"},
+        "12:  rpc Charge(ChargeRequest) returns (ChargeReply);\n"
+        "13:  rpc Refund(RefundRequest) returns (RefundReply);",
+    )
+    r.say("The definitions are in billing-service/src/billing.proto (Charge, Refund).")
+    return None
+
+
+@case(
+    "negative-poll-rollout-timestamps",
+    "none",
+    "polls a rollout 7 times; every reply carries a new timestamp and request id, and the "
+    "updated-replica count moves (twice it stays put for one poll) until all are ready",
+    agent="ops agent (deployment tools)",
+)
+def _n_poll_rollout(r: Run) -> int | None:
+    r.system(SYSTEM_ASSISTANT + " You operate the staging Kubernetes cluster.")
+    r.user("Roll out web v2.8.1 to staging and tell me when every replica is updated.")
+    r.call("set_image", {"deployment": "web", "image": "registry/web:2.8.1"}, "image updated")
+    updated = [0, 1, 1, 3, 4, 4, 6]
+    for i, count in enumerate(updated):
+        reply = json.dumps(
+            {
+                "request_id": f"req-{9137 + 71 * i:x}",
+                "observed_at": f"2024-06-03T14:{2 + i:02d}:{(17 * i) % 60:02d}Z",
+                "deployment": "web",
+                "updated_replicas": count,
+                "replicas": 6,
+                "status": "complete" if count == 6 else "progressing",
+            }
+        )
+        r.call("get_rollout_status", {"deployment": "web"}, reply, "Checking the rollout.")
+    r.say("All 6 replicas run web 2.8.1.")
+    return None
+
+
+@case(
+    "negative-scroll-back-once",
+    "none",
+    "scrolls down a long file, scrolls back up once to re-read the previous window, then "
+    "edits the function it found (one return to a window already read)",
+    agent="SWE-agent-style agent",
+    id_style="plain",
+)
+def _n_scroll_back(r: Run) -> int | None:
+    r.system(SYSTEM_SWE)
+    r.user("We're solving this issue: `Table.pformat` drops the unit row when `max_lines` is set.")
+    header = "[File: astropy/table/pprint.py (780 lines total)]\n"
+    windows = [header + _py_file(f"pprint{i}", 8, i) for i in range(4)]
+    r.call("open", {"args": "astropy/table/pprint.py"}, windows[0])
+    r.call("scroll_down", {"args": ""}, windows[1])
+    r.call("scroll_down", {"args": ""}, windows[2])
+    r.call("scroll_down", {"args": ""}, windows[3], "Here is where max_lines is applied.")
+    r.call(
+        "scroll_up",
+        {"args": ""},
+        windows[2],
+        "I need the lines just above to see where the unit row is appended.",
+    )
+    r.call(
+        "edit",
+        {"args": "412:414\n        if show_unit:\n            n_header += 1\nend_of_edit"},
+        "File updated. Please review the changes.",
+    )
+    r.call("python", {"args": "reproduce.py"}, "unit row present: True")
+    return None
+
+
 def build_all() -> list[dict[str, Any]]:
     """Build every case into the documented JSON record (checked for basic consistency)."""
     records = []
