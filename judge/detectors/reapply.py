@@ -74,6 +74,7 @@ _WORD_SPLIT = re.compile(r"[\s'\"`(),;=<>|&:\[\]{}]+")
 _GIT_RESTORE = re.compile(r"\bgit\s+(?:checkout|restore)\b([^;&|\n]*)")
 _COPY = re.compile(r"(?:^|[\s;&|(])(?:cp|mv)\s+((?:-[a-zA-Z]+\s+)*)(\S+)\s+(\S+)")
 _BACKUP_SUFFIXES = (".bak", ".orig", ".backup", ".save", ".old")
+# One is taken off a path: the working directory's, or a diff header's a/ and b/.
 _PATH_PREFIXES = ("./", "/testbed/", "/repo/", "/workspace/", "a/", "b/")
 # Argument names that say where an editor edits (the rest is the new text).
 _TARGET_KEYS = ("command", "old_str", "old_string", "old_text", "search", "insert_line")
@@ -89,7 +90,7 @@ def _path(word: str) -> str:
     word = word.strip()
     for prefix in _PATH_PREFIXES:
         if word.startswith(prefix):
-            word = word[len(prefix) :]
+            return word[len(prefix) :]
     return word
 
 
@@ -119,11 +120,32 @@ def restored_files(command: str) -> tuple[str, ...]:
     return tuple(dict.fromkeys(p for p in found if p and len(p) <= MAX_PATH_CHARS))
 
 
+def _sed_text(line: str) -> str:
+    """The first and last lines of a sed script without the script around them, so
+    ``sed -i '40,42c\\    x = 1\\n    y = 2' f.py`` writes the lines a script writes: the
+    command and address before (``40,42c``, ``212s/old/``), the file after."""
+    if line.startswith("sed "):
+        quote = line.find("'")
+        if quote >= 0:
+            body = line[quote + 1 :].lstrip("0123456789,$ ")
+            if body.startswith("s/"):
+                cut = body.find("/", 2)
+                body = body[cut + 1 :] if cut >= 0 else body
+            elif body[:1] in ("a", "c", "i"):
+                body = body[1:]
+            line = body.strip()
+    quote = line.rfind("'")
+    rest = line[quote + 1 :].strip()
+    if quote >= 0 and rest and " " not in rest and ("/" in rest or "." in rest):
+        line = line[:quote].rstrip().removesuffix("/g").removesuffix("/").rstrip()
+    return line
+
+
 def _lines(text: str) -> tuple[str, ...]:
     """Digests of the lines an edit writes that look like code of a fix."""
     kept: dict[str, None] = {}
     for raw in text[:PAYLOAD_HEAD_CHARS].replace("\\n", "\n").split("\n"):
-        line = " ".join(raw.replace("\\", "").split())
+        line = _sed_text(" ".join(raw.replace("\\", "").split()))
         if line[:2] in ("+ ", "- "):  # a patch's added (or removed) line
             line = line[2:]
         if len(line) < MIN_LINE_CHARS or _PLUMBING.search(line):
