@@ -13,6 +13,7 @@ import pytest
 
 from judge import LoopKind, LoopTracker, TrackerConfig
 from judge.detectors import repeated_feedback as rf
+from judge.detectors.text_repetition import COMPARE_CHARS
 from judge.history import normalize_message
 from judge.response.recovery import RECOVERY_FENCE
 from tests.fakes import Agent
@@ -217,4 +218,4 @@ def test_a_huge_answer_costs_a_bounded_comparison() -> None:
             index += 1
     assert found is not None and found.score >= 0.9
     kept = [entry[3] for entry in detector._nags]
-    assert all(len(text) <= rf.COMPARE_CHARS for text in kept)
+    assert all(len(text) <= COMPARE_CHARS for text in kept)
