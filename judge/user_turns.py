@@ -11,8 +11,8 @@ resets the count on every step, so the judge is never asked. The rule, in order:
    ``OBSERVATION:``, mini-swe-agent's ``<returncode>``. Not a prompt.
 3. A message that repeats, word for word, a user message already seen in this session: a
    harness's corrective message ("Please provide exactly one action"), or the same
-   observation again. Not a prompt (and repeated in a row, a loop signal: see
-   `judge.detectors.repeated_feedback`).
+   observation again. Not a prompt (and a loop signal when it comes in a row, or after
+   the same prose answer each time: see `judge.detectors.repeated_feedback`).
 4. Anything else is a person's prompt.
 
 Anthropic ``tool_result`` blocks never get here: `judge.history` turns them into ``tool``
