@@ -382,3 +382,116 @@ async def test_a_killed_replica_frees_its_session_within_one_lease(
         await survivor.aclose()
     assert DEFAULT_LOCK_LEASE_S <= 5.0
     assert 1.0 < waited < DEFAULT_LOCK_LEASE_S + KILL_SLACK_S
+
+
+# -- the replica's cache of live trackers ---------------------------------------------------
+
+
+class DecodeCounter:
+    """Counts the sessions a store rebuilt from Redis bytes (cache misses)."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        import judge.service.store as store_module
+
+        self.count = 0
+        real = store_module.load_session
+
+        def counted(*args: Any, **kwargs: Any) -> Any:
+            self.count += 1
+            return real(*args, **kwargs)
+
+        monkeypatch.setattr(store_module, "load_session", counted)
+
+
+async def test_cached_tracker_matches_one_restored_from_redis(
+    redis_url: str, prefix: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    decodes = DecodeCounter(monkeypatch)
+    history = alternation_history(N_TURNS)
+    turns = prefixes(history, N_TURNS)
+    cached, fresh = replica(redis_url, prefix), replica(redis_url, prefix)
+    try:
+        got = [await turn(cached, "s", h) for h in turns[:-1]]
+        # One replica: every turn after the first reused its live tracker.
+        assert decodes.count == 0
+        # The same next turn on the cached tracker and on one restored from the store
+        # (readonly: the restored copy is not saved) says the same.
+        async with fresh.session("s", readonly=True) as restored:
+            assert decodes.count == 1
+            assert restored.state == cached._cache["s"][1].tracker.state
+            from_store = await restored.turn_started(turns[-1])
+        got.append(await turn(cached, "s", turns[-1]))
+        assert decodes.count == 1
+    finally:
+        await cached.aclose()
+        await fresh.aclose()
+    assert got[-1] == from_store
+    assert got == await library_verdicts(history, N_TURNS)
+
+
+async def test_another_replicas_save_invalidates_the_cache(
+    redis_url: str, prefix: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    decodes = DecodeCounter(monkeypatch)
+    history = failing_repeat_history(N_TURNS)
+    turns = prefixes(history, N_TURNS)
+    a, b = replica(redis_url, prefix), replica(redis_url, prefix)
+    try:
+        got = [await turn(a, "s", h) for h in turns[:3]]
+        got.append(await turn(b, "s", turns[3]))  # B reads A's save
+        assert decodes.count == 1
+        got.append(await turn(a, "s", turns[4]))  # A's copy is stale: it must read B's
+        assert decodes.count == 2
+        got += [await turn(a, "s", h) for h in turns[5:]]
+        assert decodes.count == 2
+    finally:
+        await a.aclose()
+        await b.aclose()
+    assert [v.turn for v in got] == list(range(1, N_TURNS + 1))
+    assert got == await library_verdicts(history, N_TURNS)
+
+
+async def test_a_turn_whose_lock_expired_is_neither_saved_nor_cached(
+    redis_url: str, prefix: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A stalls past its lease, B runs the next turn meanwhile: A's save is fenced off,
+    and A's half-way tracker is not reused for the turn after."""
+    decodes = DecodeCounter(monkeypatch)
+    history = failing_repeat_history(N_TURNS)
+    turns = prefixes(history, N_TURNS)
+    a, b = replica(redis_url, prefix), replica(redis_url, prefix)
+    try:
+        got = [await turn(a, "s", turns[0])]
+        with pytest.raises(SessionLockLost):
+            async with a.session("s") as stalled:
+                await stalled.turn_started(turns[1])
+                await a._redis.delete(f"{prefix}{{s}}:lock")  # the lease ran out
+                got.append(await turn(b, "s", turns[1]))
+        assert "s" not in a._cache
+        got += [await turn(a, "s", h) for h in turns[2:]]
+        assert decodes.count == 2  # B read A's first save; A read B's
+    finally:
+        await a.aclose()
+        await b.aclose()
+    assert [v.turn for v in got] == list(range(1, N_TURNS + 1))
+    assert got == await library_verdicts(history, N_TURNS)
+
+
+async def test_lock_is_released_after_every_kind_of_turn(redis_url: str, prefix: str) -> None:
+    """Saved, failed, discarded: each frees the lock at once (no one waits out a lease)."""
+    store = replica(redis_url, prefix)
+    other = replica(redis_url, prefix, lock_wait_s=0.0)
+    lock_key = f"{prefix}{{s}}:lock"
+    try:
+        await turn(store, "s", failing_repeat_history(1))
+        assert await store._redis.exists(lock_key) == 0
+        with pytest.raises(ValueError):
+            await turn(store, "s", [{"role": "assistant", "tool_calls": 3}])
+        assert await store._redis.exists(lock_key) == 0
+        async with store.open("s") as session:
+            session.discard()
+        assert await store._redis.exists(lock_key) == 0
+        assert (await turn(other, "s", failing_repeat_history(2))).turn == 2
+    finally:
+        await store.aclose()
+        await other.aclose()

@@ -60,7 +60,6 @@ from judge.tracker import LoopTracker
 
 if TYPE_CHECKING:
     from redis.asyncio import Redis
-    from redis.asyncio.lock import Lock as RedisLock
 
 logger = logging.getLogger("judge.service.store")
 
@@ -74,24 +73,48 @@ LOCK_RENEWALS_PER_LEASE = 3
 # stored tag is still the one this replica wrote, and 64 bits never collide by chance.
 GENERATION_BYTES = 8
 
-# Reads a session, skipping its (large) data when the caller's cached copy is current.
-# KEYS: session hash. ARGV: the generation the caller holds ('' for none).
-# Returns {} (no session), {gen} (the caller's copy is current) or {gen, data}.
-_READ_UNLESS_CURRENT = """
-local gen = redis.call('hget', KEYS[1], 'gen')
+# Bytes of randomness in a lock token: only the holder knows it, so only the holder can
+# renew, save under or release the lock.
+TOKEN_BYTES = 16
+
+# Each turn costs two round trips: one script takes the lock and reads the session, one
+# saves it and releases the lock (redis-py's Lock took four: acquire, read, save, release,
+# and each command costs the server's loop ~0.1 ms of redis-py besides the wait).
+
+# Takes the lock and reads the session, skipping its (large) data when the caller's
+# cached copy is current.
+# KEYS: lock, session hash. ARGV: our token, lease in ms, the generation the caller holds
+# ('' for none). Returns 0 (the lock is held by another turn), {} (no session), {gen}
+# (the caller's copy is current) or {gen, data}.
+_LOCK_AND_READ = """
+if not redis.call('set', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then return 0 end
+local gen = redis.call('hget', KEYS[2], 'gen')
 if not gen then return {} end
-if gen == ARGV[1] then return {gen} end
-return {gen, redis.call('hget', KEYS[1], 'data')}
+if gen == ARGV[3] then return {gen} end
+return {gen, redis.call('hget', KEYS[2], 'data')}
 """
 
-# Saves only while we still hold the lock (a fencing check): a replica that stalled past
-# its lease must not overwrite the turn another replica ran meanwhile.
+# Saves and releases only while we still hold the lock (a fencing check): a replica that
+# stalled past its lease must not overwrite the turn another replica ran meanwhile.
 # KEYS: lock, session hash. ARGV: our lock token, generation, data, TTL in ms.
-_SAVE_IF_OWNER = """
+_SAVE_AND_UNLOCK = """
 if redis.call('get', KEYS[1]) ~= ARGV[1] then return 0 end
 redis.call('hset', KEYS[2], 'gen', ARGV[2], 'data', ARGV[3])
 redis.call('pexpire', KEYS[2], ARGV[4])
+redis.call('del', KEYS[1])
 return 1
+"""
+
+# Extends the lease while the turn runs. KEYS: lock. ARGV: our token, lease in ms.
+_RENEW = """
+if redis.call('get', KEYS[1]) ~= ARGV[1] then return 0 end
+return redis.call('pexpire', KEYS[1], ARGV[2])
+"""
+
+# Releases the lock without saving (a failed or discarded turn). KEYS: lock. ARGV: token.
+_UNLOCK = """
+if redis.call('get', KEYS[1]) ~= ARGV[1] then return 0 end
+return redis.call('del', KEYS[1])
 """
 
 
@@ -363,16 +386,18 @@ class RedisStore:
 
     Each session is one hash (``gen``: a random tag of the last save; ``data``: the
     compressed session, `dump_session`) expiring after the idle TTL, and one lock key (a
-    redis-py `Lock`: a random token with a lease). A turn takes the lock, loads, runs, and
-    saves with a script that writes only while the token is still ours; the lease is
-    renewed in the background while the turn runs, so only a replica that dies holding it
-    makes others wait, for at most one lease (5 s by default). Nothing is lost when a
-    replica restarts.
+    random token with a lease). A turn takes the lock and reads the session in one script,
+    runs, and saves and unlocks in another that writes only while the token is still ours;
+    the lease is renewed while a turn runs past a third of it, so only a replica that dies
+    holding it makes others wait, for at most one lease (5 s by default). Nothing is lost
+    when a replica restarts.
 
     Each replica keeps the live trackers it saved last (an LRU of ``max_sessions``) with
     their tags: when the stored tag is still its own, the turn reuses the tracker instead
     of reading and rebuilding it (the usual case behind a sticky load balancer, and always
     with one replica); any other replica's save changes the tag, and the state is read.
+    A cached session is taken out of the cache for the turn and put back only after a
+    fenced save succeeded, so a failed, discarded or unsaved turn is never reused.
 
     Both keys of a session share a hash tag, so the scripts also run on Redis Cluster.
     The live-session index (a sorted set) is for the metrics gauge only.
@@ -412,8 +437,11 @@ class RedisStore:
         self._index = f"{key_prefix}sessions"
         # Wall clock, not monotonic: index scores are compared across replicas.
         self._clock = clock
-        self._read = redis.register_script(_READ_UNLESS_CURRENT)
-        self._save = redis.register_script(_SAVE_IF_OWNER)
+        self._lease_ms = max(1, round(lock_lease_s * 1000))
+        self._lock_and_read = redis.register_script(_LOCK_AND_READ)
+        self._save_and_unlock = redis.register_script(_SAVE_AND_UNLOCK)
+        self._renew_script = redis.register_script(_RENEW)
+        self._unlock = redis.register_script(_UNLOCK)
         self._cache: OrderedDict[str, tuple[bytes, Session]] = OrderedDict()
         self._cache_size = max_sessions
 
@@ -421,31 +449,57 @@ class RedisStore:
         base = f"{self._prefix}{{{key}}}"
         return f"{base}:session", f"{base}:lock"
 
-    async def _renew(self, lock: RedisLock) -> None:
+    async def _renew(self, lock_key: str, token: bytes) -> None:
         """Keep the lease alive while the turn runs (cancelled when it ends)."""
-        from redis.exceptions import LockError, RedisError
+        from redis.exceptions import RedisError
 
         while True:
-            await asyncio.sleep(self._lease / LOCK_RENEWALS_PER_LEASE)
             try:
-                await lock.reacquire()
-            except (LockError, RedisError) as exc:
-                # Lost (expired, deleted) or Redis gone: the fenced save will refuse.
-                logger.warning("could not renew session lock %s: %s", lock.name, exc)
+                renewed = await self._renew_script(keys=[lock_key], args=[token, self._lease_ms])
+            except RedisError as exc:
+                logger.warning("could not renew session lock %s: %s", lock_key, exc)
                 return
+            if not renewed:
+                # Lost (expired, deleted): the fenced save will refuse.
+                logger.warning("could not renew session lock %s: it is no longer ours", lock_key)
+                return
+            await asyncio.sleep(self._lease / LOCK_RENEWALS_PER_LEASE)
 
-    async def _fetch(self, key: str, session_key: str) -> Session:
-        """The session, from this replica's cache when the stored tag is still ours."""
+    async def _lock_and_fetch(
+        self, key: str, session_key: str, lock_key: str, token: bytes
+    ) -> Session:
+        """Take the session's lock (waiting up to ``lock_wait_s``) and read the session:
+        this replica's cached copy when the stored tag is still ours."""
         cached = self._cache.pop(key, None)  # in use now; put back only after a save
-        with _redis_errors(key):
-            reply = await self._read(keys=[session_key], args=[cached[0] if cached else b""])
-        if not reply:
-            return Session(new_tracker(self.config, self.judge_client))
+        generation = cached[0] if cached is not None else b""
+        deadline = time.monotonic() + self._wait
+        while True:
+            with _redis_errors(key):
+                reply = await self._lock_and_read(
+                    keys=[lock_key, session_key], args=[token, self._lease_ms, generation]
+                )
+            if reply != 0:
+                break
+            if time.monotonic() + LOCK_POLL_S > deadline:
+                raise SessionBusy(
+                    f"session {key!r} is busy with another turn (waited {self._wait:g} s)",
+                    session_id=key,
+                )
+            await asyncio.sleep(LOCK_POLL_S)
         if len(reply) == 1 and cached is not None:
             session = cached[1]
             session.blob, session.discarded = None, False
             return session
-        return _session_or_fresh(key, reply[1], self.config, self.judge_client)
+        data = reply[1] if len(reply) == 2 else None
+        try:
+            # Decoding a state (or building a tracker) costs milliseconds: off the loop.
+            return await anyio.to_thread.run_sync(
+                _session_or_fresh, key, data, self.config, self.judge_client
+            )
+        except BaseException:  # cancelled, or a bug: the lock is ours, free it now
+            with anyio.CancelScope(shield=True):
+                await self._release(lock_key, token)
+            raise
 
     @asynccontextmanager
     async def open(self, key: str, *, readonly: bool = False) -> AsyncIterator[Session]:
@@ -454,28 +508,27 @@ class RedisStore:
             # No lock and no cache: a fresh copy that nobody else is changing.
             with _redis_errors(key):
                 data = await self._redis.hget(session_key, "data")
-            yield _session_or_fresh(key, data, self.config, self.judge_client)
+            yield await anyio.to_thread.run_sync(
+                _session_or_fresh, key, data, self.config, self.judge_client
+            )
             return
 
-        lock = self._redis.lock(
-            lock_key,
-            timeout=self._lease,
-            blocking_timeout=self._wait,
-            sleep=LOCK_POLL_S,
-            thread_local=False,  # one event loop thread serves every request
+        token = secrets.token_hex(TOKEN_BYTES).encode()
+        session = await self._lock_and_fetch(key, session_key, lock_key, token)
+        # The lease is renewed only once a turn has run a third of it (most end sooner):
+        # a timer, not a task per turn. A plain task when it fires, not a task group: the
+        # body of this context manager runs in the caller's scope.
+        renewal: asyncio.Task[None] | None = None
+
+        def start_renewal() -> None:
+            nonlocal renewal
+            renewal = asyncio.create_task(self._renew(lock_key, token))
+
+        timer = asyncio.get_running_loop().call_later(
+            self._lease / LOCK_RENEWALS_PER_LEASE, start_renewal
         )
-        with _redis_errors(key):
-            acquired = await lock.acquire()
-        if not acquired:
-            raise SessionBusy(
-                f"session {key!r} is busy with another turn (waited {self._wait:g} s)",
-                session_id=key,
-            )
-        # A plain task, not a task group: the body of this context manager runs in the
-        # caller's scope (anyio: never yield from inside a task group).
-        renewal = asyncio.create_task(self._renew(lock))
+        saved = False
         try:
-            session = await self._fetch(key, session_key)
             yield session
             if session.discarded:
                 return
@@ -483,29 +536,36 @@ class RedisStore:
             if blob is None:
                 blob = dump_session(session.tracker, session.length, session.tail)
             generation = secrets.token_hex(GENERATION_BYTES).encode()
+            timer.cancel()
+            if renewal is not None:
+                renewal.cancel()
             with _redis_errors(key):
                 async with self._redis.pipeline(transaction=False) as pipe:
-                    await self._save(
+                    await self._save_and_unlock(
                         keys=[lock_key, session_key],
-                        args=[lock.local.token, generation, blob, self._ttl_ms],
+                        args=[token, generation, blob, self._ttl_ms],
                         client=pipe,
                     )
                     pipe.zadd(self._index, {key: self._clock()})
-                    saved, _ = await pipe.execute()
-            if not saved:
+                    ok, _ = await pipe.execute()
+            if not ok:
                 raise SessionLockLost(
                     f"session {key!r}: lock expired or session deleted during the "
                     "turn; its result was not saved",
                     session_id=key,
                 )
+            saved = True
             session.blob = None
             self._cache[key] = (generation, session)
             while len(self._cache) > self._cache_size:
                 self._cache.popitem(last=False)
         finally:
-            renewal.cancel()
-            with anyio.CancelScope(shield=True):
-                await self._release(lock)
+            timer.cancel()
+            if renewal is not None:
+                renewal.cancel()
+            if not saved:
+                with anyio.CancelScope(shield=True):
+                    await self._release(lock_key, token)
 
     @asynccontextmanager
     async def session(
@@ -514,15 +574,15 @@ class RedisStore:
         async with self.open(session_id, readonly=readonly) as session:
             yield session.tracker
 
-    @staticmethod
-    async def _release(lock: RedisLock) -> None:
-        from redis.exceptions import LockError, RedisError
+    async def _release(self, lock_key: str, token: bytes) -> None:
+        """Unlock without saving; a lock already gone (expired, deleted, saved with) or
+        a Redis error is fine: it frees itself at the end of the lease anyway."""
+        from redis.exceptions import RedisError
 
         try:
-            await lock.release()
-        except (LockError, RedisError) as exc:
-            # Already expired or deleted; it frees itself at the end of the lease anyway.
-            logger.debug("session lock %s not released: %s", lock.name, exc)
+            await self._unlock(keys=[lock_key], args=[token])
+        except RedisError as exc:
+            logger.debug("session lock %s not released: %s", lock_key, exc)
 
     async def delete(self, session_id: str) -> bool:
         session_key, lock_key = self._keys(session_id)
