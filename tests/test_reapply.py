@@ -227,6 +227,57 @@ async def test_refusals_of_different_targets_are_exploration() -> None:
     assert not any(v for v in verdicts if v and v.source == "heuristic:reapply")
 
 
+# -- the same broken inline script ----------------------------------------------------------
+
+
+def inline(n: int) -> dict[str, str]:
+    """python -c with a triple-quoted string inside double quotes: bash ends the string."""
+    return {
+        "command": f"cd /testbed && python -c \"\nold = '''    def total_{n}(self):\n"
+        f'        """Sum the cart."""\n\'\'\'\n"'
+    }
+
+
+UNTERMINATED = shell(
+    2,
+    "  File \"<string>\", line 2\n    old = '''    def total(self):\n          ^\n"
+    "SyntaxError: unterminated triple-quoted string literal (detected at line 3)\n"
+    "bash: line 4: Sum: command not found",
+)
+
+
+async def test_the_same_parse_error_in_inline_code_three_times_is_a_loop() -> None:
+    a = agent()
+    verdicts = []
+    for n in range(3):
+        a.call("bash", inline(n), UNTERMINATED)
+        verdicts.append(await turn(a))
+        # Something else in between: a new fix script, run.
+        a.call("bash", script(f"fix_{n}.py", (f"        total_{n} = self.compute()",)), shell(0))
+        verdicts.append(await turn(a))
+    assert not any(verdicts[:4])
+    assert verdicts[4] and verdicts[4].source == "heuristic:reapply"
+
+
+async def test_a_repository_syntax_error_seen_through_python_c_is_edit_and_rerun() -> None:
+    # The traceback passes through <string> into the repository: the repository is broken,
+    # the agent edits it and re-checks; the same error after different edits is debugging.
+    broken = shell(
+        1,
+        'Traceback (most recent call last):\n  File "<string>", line 1, in <module>\n'
+        '  File "/testbed/src/shop/cart.py", line 41\n    "unterminated\n    ^\n'
+        "SyntaxError: unterminated string literal (detected at line 41)",
+    )
+    a = agent()
+    verdicts = []
+    for n in range(5):
+        a.call("bash", sed((f"        label_{n} = 'Total for cart number {n}'",)), shell(0))
+        verdicts.append(await turn(a))
+        a.call("bash", {"command": 'python -c "import shop.cart"'}, broken)
+        verdicts.append(await turn(a))
+    assert not any(v for v in verdicts if v and v.source == "heuristic:reapply")
+
+
 # -- reading commands -----------------------------------------------------------------------
 
 
@@ -253,6 +304,7 @@ def test_which_commands_restore_files(command: str, files: tuple[str, ...]) -> N
     [
         "a" * 1_000_000,
         "cp " * 300_000,
+        "cp " + "-a " * 300_000,
         "git checkout " * 100_000,
         ("x/" * 50_000) + ".py",
         "\\n".join(["  discount = self.coupon.rate if x else 0"] * 50_000),

@@ -14,9 +14,12 @@ same lines differently is a new edit, and a refused edit is no edit at all.
   a loop: the fourth application of one fix.
 - Refused edit: an editor call with the same file and the same target text (``old_str``)
   failing with the same error `SAME_EDIT_FAILURES` times, whatever happened between.
+- Broken script: the agent's own inline code (``python -c``) failing to parse with the
+  same error `SAME_SCRIPT_ERRORS` times: the quoting mistake made again.
 
-Commands are read up to a bounded head, split on plain string operations (no patterns
-that can backtrack), and remembered as short digests: state stays bounded on any input.
+Commands are read up to a bounded head, with string operations and patterns that each
+start at a literal word and cannot backtrack across it, and remembered as short digests:
+time is linear in the new text and state stays bounded on any input.
 """
 
 from __future__ import annotations
@@ -32,10 +35,11 @@ from judge.detectors.steps import Step
 from judge.verdict import LoopKind
 
 # Restore intervals that re-apply an undone fix before it is a loop. Measured on
-# evals/coding_dev: productive runs restore one file up to 4 times (sphinx-9258) but
-# re-apply undone lines after at most 2 of the restores (django-11564, django-15280,
-# pydicom-1413, sympy-13091: the labels' "bounded 3-attempt retry"); the labelled
-# restore/re-apply loops reach 3 (django-12589, django-14855) and 4 (pyvista-4315).
+# evals/coding_dev (this module's counts): productive runs restore one file up to 4 times
+# (sphinx-9258) and re-apply undone lines after at most 2 of the restores (8 runs at 2:
+# django-11564, -12113, -12908, pydicom-1413, sympy-13091, astroid-1196, -1268,
+# marshmallow-1359; the labels' "bounded 3-attempt retry"); the labelled restore/re-apply
+# loops reach 3 (django-12589, django-14855) and 4 (pyvista-4315). evals/data: 0 anywhere.
 RESTORE_CYCLES = 3
 # Lines an edit must share with undone edits of the file to re-apply them. One shared line
 # is often a signature or a call site any fix of that function repeats; the loops share 2
@@ -55,15 +59,27 @@ PAYLOAD_HEAD_CHARS = 8000
 RECENT_EDITS = 32
 # Files followed at once; a fix touches a few.
 TRACKED_FILES = 8
-# Paths taken from one command: a script names the file it edits once or twice.
-PATHS_PER_EDIT = 8
+# Path-like words (with a dot or a slash) taken from one command: a script names the file
+# it edits in its first lines, among a few dozen attribute accesses (``self.x``).
+PATHS_PER_EDIT = 32
 MAX_PATH_CHARS = 200
 # The same refused editor call (same file, same target text, same error) this many times
-# is a loop: the labelled Moatless loop (django-15814) sends its stale old_str 3 times;
-# on coding_dev no productive run repeats one refused target text (retries change it).
+# is a loop. Measured on evals/coding_dev: no productive run sends one refused target text
+# twice (retries change it); the labelled Moatless loops send theirs 3 times (django-15814,
+# django-15819). evals/data: 0 anywhere.
 SAME_EDIT_FAILURES = 3
 # Refused targets followed at once.
 TRACKED_TARGETS = 16
+# The agent's own inline code (``python -c "..."``) failing to parse with the same error
+# this many times is the same mistake made again, whatever changed between. Measured on
+# evals/coding_dev and evals/data: no productive run repeats one such parse error; the
+# labelled loop django-14667 repeats its unterminated-triple-quote error 3 times (118,
+# 120, 132).
+SAME_SCRIPT_ERRORS = 3
+# Where a parse error of the command's own code shows: Python names the code "<string>"
+# (python -c) or "<stdin>" (a heredoc piped to python) in the frame it cannot parse.
+_INLINE_FRAMES = ('File "<string>"', 'File "<stdin>"')
+_PARSE_ERRORS = ("SyntaxError", "IndentationError", "TabError")
 
 # Lines that read or write the file, print, import: plumbing every fix script shares.
 _PLUMBING = re.compile(
@@ -161,7 +177,7 @@ def _paths(text: str) -> tuple[str, ...]:
     for word in _WORD_SPLIT.split(text[:PAYLOAD_HEAD_CHARS]):
         if ("/" in word or "." in word) and 3 <= len(word) <= MAX_PATH_CHARS:
             found.setdefault(_path(word))
-            if len(found) >= PATHS_PER_EDIT * 4:
+            if len(found) >= PATHS_PER_EDIT:
                 break
     return tuple(found)
 
@@ -201,7 +217,7 @@ class ReapplyDetector:
             return self._current
         self._current = None  # each finding speaks on the step that completes it
         if event.outcome.failed:
-            self._current = self._refusal(event)
+            self._current = self._refusal(event) or self._broken_script(event)
             return self._current
         if not modifies_files(event.call):
             return None
@@ -240,7 +256,7 @@ class ReapplyDetector:
             del self._files[next(iter(self._files))]
 
     def _edit(self, step: Step, paths: tuple[str, ...], lines: tuple[str, ...]) -> None:
-        self._recent.append((paths[: PATHS_PER_EDIT * 4], lines, step.call_index))
+        self._recent.append((paths, lines, step.call_index))
         if not lines:
             return
         for file, (undone, restores, cycles, counted, last, evidence) in list(self._files.items()):
@@ -264,6 +280,45 @@ class ReapplyDetector:
                          "limit": self._cycles - 1},
             )  # fmt: skip
 
+    def _broken_script(self, step: Step) -> Finding | None:
+        """The same parse error in the agent's own inline code again.
+
+        Only a parse error whose last frame is the inline code counts: a traceback that
+        passes through ``<string>`` into the repository is a test of the repository, and
+        re-running it after edits is the edit-and-rerun loop of every coding agent.
+        """
+        text = step.result or ""
+        frame = text.rfind('  File "')
+        if frame < 0 or not text.startswith(_INLINE_FRAMES, frame + 2):
+            return None
+        if not any(error in text[frame:] for error in _PARSE_ERRORS):
+            return None
+        key = f"script:{step.call.name}:{step.key}"
+        times, evidence = self._count(key, step.call_index, SAME_SCRIPT_ERRORS)
+        if times < 2:
+            return None
+        return Finding(
+            detector=self.name,
+            kind=LoopKind.SIMILAR_RETRY,
+            score=LOOP_SCORE
+            if times >= SAME_SCRIPT_ERRORS
+            else near_miss(times, SAME_SCRIPT_ERRORS),
+            evidence=evidence,
+            summary=f"the same parse error in the agent's own {step.call.name} code {times}x: "
+            f"{short(text[frame:], 80)}",
+            pattern=key,
+            details=_details(step, times, SAME_SCRIPT_ERRORS),
+        )
+
+    def _count(self, key: str, index: int, limit: int) -> tuple[int, tuple[int, ...]]:
+        """One more occurrence of ``key``: how many so far, and the newest indices."""
+        times, evidence = self._refused.pop(key, (0, ()))
+        times, evidence = times + 1, (*evidence, index)[-2 * limit :]
+        self._refused[key] = (times, evidence)
+        while len(self._refused) > TRACKED_TARGETS:
+            del self._refused[next(iter(self._refused))]
+        return times, evidence
+
     def _refusal(self, step: Step) -> Finding | None:
         """The same refused editor call again (only the replacement text changed)."""
         path = edited_file(step.call)
@@ -275,11 +330,7 @@ class ReapplyDetector:
             return None  # no target text: nothing stale to re-send
         key = _digest(f"{step.call.name}\x00{_path(path)}\x00{sorted(target.items())!r}")
         key = f"{key}:{step.key}"
-        times, evidence = self._refused.pop(key, (0, ()))
-        times, evidence = times + 1, (*evidence, step.call_index)[-2 * self._refusals :]
-        self._refused[key] = (times, evidence)
-        while len(self._refused) > TRACKED_TARGETS:
-            del self._refused[next(iter(self._refused))]
+        times, evidence = self._count(key, step.call_index, self._refusals)
         if times < 2:
             return None
         return Finding(
