@@ -3,9 +3,12 @@
 A judge endpoint is trusted with the prompt, not with our memory or our prompt's
 destination (issue 12, defect 8). litellm's own clients follow redirects (a 307 would send
 the whole transcript on to wherever the Location header points) and inflate a compressed
-reply in full before anyone looks at its size (a 200 kB gzip bomb became ~1 GB). For calls
-that litellm makes through the OpenAI SDK (OpenAI and OpenAI-compatible endpoints), which
-accepts a client per call, `judge_client` builds one that:
+reply in full before anyone looks at its size (a 200 kB gzip bomb became ~1 GB). litellm
+takes a client per call (``client=`` of ``acompletion``), of one of two kinds: an
+``AsyncOpenAI`` for the calls it makes through the OpenAI SDK (OpenAI and endpoints named
+"openai/..."), litellm's own ``AsyncHTTPHandler`` for the providers it calls over httpx
+itself (Anthropic, Gemini, Vertex, Bedrock, Ollama, ...). `judge_client` builds the right
+kind around one httpx client that:
 
 - never follows a redirect: a 3xx is an HTTP error of the judge call, and the prompt is
   sent to the configured endpoint only;
@@ -13,6 +16,12 @@ accepts a client per call, `judge_client` builds one that:
   the decoded body passes MAX_REPLY_BYTES (a plain body the same);
 - is made for one call and closed after it, so it never outlives the event loop it
   was made on (a tracker may be driven by a new loop each turn).
+
+Nothing global of litellm is touched (``litellm.aclient_session`` and the module-level
+clients stay as the application set them): the guard is this call's client only. Not
+covered: the providers litellm calls through an SDK other than ``AsyncOpenAI`` with our
+client (Azure's ``AsyncAzureOpenAI``, the other OpenAI-compatible providers: ``SDK_PROVIDERS``):
+their calls keep litellm's defaults.
 
 httpx is imported here only when a judge call is made (litellm brings it along).
 """
@@ -46,6 +55,11 @@ _RAW_DEFLATE_WBITS = -zlib.MAX_WBITS
 # client per call: OpenAI itself and every OpenAI-compatible endpoint named "openai/..."
 # with an api_base (llama.cpp, vLLM, a gateway). Other providers keep litellm's defaults.
 OPENAI_SDK_PROVIDERS = frozenset({"openai"})
+# Providers litellm calls through an SDK client of its own kind (an ``AsyncOpenAI`` made
+# for their endpoint, ``AsyncAzureOpenAI``): handed litellm's ``AsyncHTTPHandler`` they
+# would fail, so they keep litellm's defaults. Every other provider goes over
+# ``AsyncHTTPHandler`` (litellm.llms.custom_httpx), which takes ours.
+SDK_PROVIDERS = frozenset({"azure", "azure_text", "text-completion-openai", "custom_openai"})
 
 
 class ReplyTooLarge(Exception):
@@ -54,16 +68,39 @@ class ReplyTooLarge(Exception):
     finds it in the chain of litellm's exception (`reply_too_large`)."""
 
 
-def reply_too_large(exc: BaseException) -> ReplyTooLarge | None:
-    """The `ReplyTooLarge` behind a litellm/openai exception, if one is in its chain."""
+class RedirectRefused(Exception):
+    """The judge endpoint answered with a redirect, which is never followed. Raised as
+    soon as its headers are in, inside litellm's call, whichever client litellm used (an
+    SDK would otherwise report it as a connection error and retry it)."""
+
+    def __init__(self, status: int) -> None:
+        super().__init__(
+            f"HTTP {status}: the judge endpoint redirected; redirects are not followed"
+        )
+        self.status = status
+
+
+def _in_chain(exc: BaseException, kind: type[Exception]) -> Any:
     seen: set[int] = set()
     current: BaseException | None = exc
     while current is not None and id(current) not in seen:
-        if isinstance(current, ReplyTooLarge):
+        if isinstance(current, kind):
             return current
         seen.add(id(current))
         current = current.__cause__ or current.__context__
     return None
+
+
+def reply_too_large(exc: BaseException) -> ReplyTooLarge | None:
+    """The `ReplyTooLarge` behind a litellm/openai exception, if one is in its chain."""
+    found: ReplyTooLarge | None = _in_chain(exc, ReplyTooLarge)
+    return found
+
+
+def redirect_refused(exc: BaseException) -> RedirectRefused | None:
+    """The `RedirectRefused` behind a litellm/openai exception, if one is in its chain."""
+    found: RedirectRefused | None = _in_chain(exc, RedirectRefused)
+    return found
 
 
 class _Inflater:
@@ -156,6 +193,8 @@ async def _no_redirect(response: Any) -> None:
     """httpx response hook: a 3xx is never followed (see the module docstring)."""
     if response.is_redirect:
         response.next_request = None  # nothing for a caller's own redirect logic to follow
+        await response.aclose()
+        raise RedirectRefused(response.status_code)
 
 
 _ssl: ssl.SSLContext | None = None
@@ -196,30 +235,65 @@ class JudgeHTTP:
         await self._closer()
 
 
+def _sdk_provider(provider: str | None) -> bool:
+    if provider in SDK_PROVIDERS:
+        return True
+    import litellm
+
+    compatible: list[str] = getattr(litellm, "openai_compatible_providers", [])
+    return provider in compatible
+
+
+def _handler_client(timeout: float) -> JudgeHTTP:
+    """litellm's ``AsyncHTTPHandler`` around our client. Its own retry after a dropped
+    connection builds a client from the same hooks, without redirects, so that one is
+    bounded too."""
+    import httpx
+    from litellm.llms.custom_httpx.http_handler import AsyncHTTPHandler
+
+    options = _httpx_options(timeout)
+    handler = AsyncHTTPHandler(
+        timeout=timeout,
+        event_hooks=options["event_hooks"],
+        # a transport of ours: litellm's would read its CA bundle again on every call
+        transport=httpx.AsyncHTTPTransport(verify=options["verify"]),
+        follow_redirects=False,
+    )
+    spare = handler.client  # made by the constructor, replaced by ours
+    http = httpx.AsyncClient(**options)
+    handler.client = http
+
+    async def close() -> None:
+        await http.aclose()
+        await spare.aclose()
+
+    return JudgeHTTP(handler, close)
+
+
 def judge_client(
     provider: str | None, *, api_base: str | None, api_key: str | None, timeout: float
 ) -> JudgeHTTP | None:
     """A guarded client for one judge call to ``provider``; None for a provider whose
-    calls litellm makes some other way (they keep litellm's defaults)."""
+    calls litellm makes through another SDK (`SDK_PROVIDERS`: litellm's defaults)."""
     import httpx
 
-    if provider in OPENAI_SDK_PROVIDERS:
-        import openai
+    if provider not in OPENAI_SDK_PROVIDERS:
+        return None if _sdk_provider(provider) else _handler_client(timeout)
+    import openai
 
-        http = httpx.AsyncClient(**_httpx_options(timeout))
-        try:
-            sdk = openai.AsyncOpenAI(
-                api_key=api_key,
-                base_url=api_base,
-                http_client=http,
-                timeout=timeout,
-                max_retries=0,  # ours (tenacity) only
-            )
-        except openai.OpenAIError:
-            # no key anywhere: let litellm make (and report) the call as it would have
-            return None
-        return JudgeHTTP(sdk, http.aclose)
-    return None
+    http = httpx.AsyncClient(**_httpx_options(timeout))
+    try:
+        sdk = openai.AsyncOpenAI(
+            api_key=api_key,
+            base_url=api_base,
+            http_client=http,
+            timeout=timeout,
+            max_retries=0,  # ours (tenacity) only
+        )
+    except openai.OpenAIError:
+        # no key anywhere: let litellm make (and report) the call as it would have
+        return None
+    return JudgeHTTP(sdk, http.aclose)
 
 
 async def guarded_client(
@@ -232,7 +306,7 @@ async def guarded_client(
         _, provider, _, _ = litellm.get_llm_provider(model=model, api_base=api_base)
     except Exception:  # litellm raises its own BadRequestError (and others) for unknown models
         return None
-    if provider not in OPENAI_SDK_PROVIDERS:
+    if provider is None or (provider not in OPENAI_SDK_PROVIDERS and _sdk_provider(provider)):
         return None
     if _ssl is None:
         await anyio.to_thread.run_sync(_ssl_context)

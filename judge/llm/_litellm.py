@@ -44,7 +44,7 @@ from judge.errors import (
     JudgeRateLimited,
     JudgeTimeout,
 )
-from judge.llm._http import guarded_client, reply_too_large
+from judge.llm._http import guarded_client, redirect_refused, reply_too_large
 from judge.llm.budget import token_count
 
 logger = logging.getLogger("judge.llm")
@@ -306,6 +306,9 @@ def map_exception(exc: Exception, model: str) -> JudgeError:
     too_large = reply_too_large(exc)
     if too_large is not None:  # a reply we refused to read: retrying brings the same
         return JudgeOutputError(f"reply refused: {too_large}", model=model)
+    redirected = redirect_refused(exc)
+    if redirected is not None:  # the prompt goes to the configured endpoint or nowhere
+        return JudgeHTTPError(str(redirected), model=model, status=redirected.status)
     if is_credential_error(exc):
         # "HTTP 401: " only when a server refused the key; litellm raises a missing Gemini
         # key itself, with a made-up 500 that must not make it retryable.
