@@ -23,6 +23,7 @@ from judge.detectors.revisit import (
     READ_RUN_LIMIT,
     REVISIT_LOOP,
     REVISIT_SUSPECT,
+    REVISIT_WINDOW,
     RevisitDetector,
     read_target,
 )
@@ -299,3 +300,53 @@ def test_two_rounds_of_a_two_step_cycle_ask_the_judge() -> None:
             )
         )
     assert found is not None and found.score == 1.0
+
+
+# -- a sweep for something that does not exist ----------------------------------------------
+
+
+def test_a_grep_sweep_for_something_absent_is_a_loop() -> None:
+    # different globs and folders, the same "nothing": the result-cycle rule already names it
+    agent = Agent()
+    for where in ("src", "lib", "app", "packages", "services"):
+        agent.call("grep", {"pattern": "FEATURE_FLAGS_V2", "path": where}, "No matches found")
+    verdicts = replay(agent)
+    assert first_flag(verdicts) == 4
+    assert verdicts[3].source == "heuristic:result_cycle"
+
+
+def test_a_sweep_that_finds_it_on_the_third_try_is_progress() -> None:
+    agent = Agent()
+    for where in ("src", "lib"):
+        agent.call("grep", {"pattern": "FEATURE_FLAGS_V2", "path": where}, "No matches found")
+    agent.call(
+        "grep",
+        {"pattern": "FEATURE_FLAGS_V2", "path": "app"},
+        "app/flags.py:12:FEATURE_FLAGS_V2 = {",
+    )
+    agent.call("read_file", {"path": "app/flags.py"}, "FEATURE_FLAGS_V2 = {\n    'beta': True,\n}")
+    assert first_flag(replay(agent)) is None
+
+
+def test_polling_forward_raises_no_return_suspicion() -> None:
+    # results only move forward (and stay put between moves): nothing is returned to
+    states = ["queued", "queued", "running 10%", "running 10%", "running 55%", "done"]
+    steps = [
+        step("get_job", {"job": 7}, json.dumps({"job": 7, "state": s}), 2 * i)
+        for i, s in enumerate(states)
+    ]
+    assert max(_returns(steps)) == 0.0
+
+
+def test_revisit_is_bounded_on_adversarial_calls() -> None:
+    # one huge line without punctuation as path, nested list and shell command
+    huge = "a" * 1_000_000
+    read = step("read_file", {"path": huge, "blob": [huge] * 3}, huge, 0)
+    cat = step("bash", {"command": "cat " + huge}, huge, 1)
+    detector = RevisitDetector()
+    started = time.perf_counter()
+    for _ in range(50):
+        detector.observe(read)
+        detector.observe(cat)
+    assert time.perf_counter() - started < 1.0
+    assert len(detector._window) <= REVISIT_WINDOW
