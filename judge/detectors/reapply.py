@@ -49,19 +49,24 @@ SHARED_LINES = 2
 # "return None", "try:".
 MIN_LINE_CHARS = 16
 # Lines kept per edit: a fix is a few dozen lines; a 300-line script repeats boilerplate.
-LINES_PER_EDIT = 64
+LINES_PER_EDIT = 32
 # Undone lines remembered per file (digests): several whole attempts.
-UNDONE_LINES = 256
+UNDONE_LINES = 128
 # Commands are read up to here: fix scripts written with a heredoc run to a few thousand
 # characters (django-11564's are 2.5k to 4k).
 PAYLOAD_HEAD_CHARS = 8000
 # Recent edits remembered to learn, at a restore, what it undid.
-RECENT_EDITS = 32
+RECENT_EDITS = 16
 # Files followed at once; a fix touches a few.
 TRACKED_FILES = 8
-# Path-like words (with a dot or a slash) taken from one command: a script names the file
-# it edits in its first lines, among a few dozen attribute accesses (``self.x``).
-PATHS_PER_EDIT = 32
+# Files taken from one command: a script names the file it edits in its first lines.
+NAMES_PER_EDIT = 16
+# Extensions of the files followed (``self.items`` and ``f.read`` name no file).
+_FILE_EXTENSIONS = frozenset(
+    {"py", "pyi", "pyx", "js", "jsx", "ts", "tsx", "go", "rs", "java", "kt", "c", "h", "cc",
+     "cpp", "hpp", "cs", "rb", "php", "swift", "scala", "sh", "toml", "cfg", "ini", "txt",
+     "rst", "md", "json", "yaml", "yml", "html", "css", "xml", "sql"}
+)  # fmt: skip
 MAX_PATH_CHARS = 200
 # The same refused editor call (same file, same target text, same error) this many times
 # is a loop. Measured on evals/coding_dev: no productive run sends one refused target text
@@ -99,7 +104,7 @@ _CONTENT_KEYS = ("new_str", "new_string", "new_text", "file_text", "content", "t
 
 
 def _digest(text: str) -> str:
-    return blake2b(text.encode("utf-8", "replace"), digest_size=8).hexdigest()
+    return blake2b(text.encode("utf-8", "replace"), digest_size=6).hexdigest()
 
 
 def _path(word: str) -> str:
@@ -172,20 +177,23 @@ def _lines(text: str) -> tuple[str, ...]:
     return tuple(kept)
 
 
-def _paths(text: str) -> tuple[str, ...]:
+def _name(path: str) -> str:
+    """A file as commands name it: the digest of its base name (``helpers.py`` is how a
+    command names ``django/contrib/admin/helpers.py`` after ``cd django/contrib/admin``)."""
+    return _digest(path.rsplit("/", 1)[-1])
+
+
+def _names(text: str) -> tuple[str, ...]:
+    """The files a command names: words ending in a source, config or docs extension."""
     found: dict[str, None] = {}
     for word in _WORD_SPLIT.split(text[:PAYLOAD_HEAD_CHARS]):
-        if ("/" in word or "." in word) and 3 <= len(word) <= MAX_PATH_CHARS:
-            found.setdefault(_path(word))
-            if len(found) >= PATHS_PER_EDIT:
+        base = word.rsplit("/", 1)[-1]
+        _, dot, extension = base.rpartition(".")
+        if dot and extension.lower() in _FILE_EXTENSIONS and len(word) <= MAX_PATH_CHARS:
+            found.setdefault(_digest(base))
+            if len(found) >= NAMES_PER_EDIT:
                 break
     return tuple(found)
-
-
-def _mentions(paths: tuple[str, ...], file: str) -> bool:
-    """Whether a command naming ``paths`` works on ``file`` (``helpers.py`` names
-    ``django/contrib/admin/helpers.py`` when the agent has cd'ed there)."""
-    return any(p == file or file.endswith("/" + p) or p.endswith("/" + file) for p in paths)
 
 
 class ReapplyDetector:
@@ -201,7 +209,7 @@ class ReapplyDetector:
         self.reset()
 
     def reset(self) -> None:
-        # (paths the edit names, digests of its lines, call index)
+        # (files the edit names (`_name`), digests of its lines, call index)
         self._recent: deque[tuple[tuple[str, ...], tuple[str, ...], int]] = deque(
             maxlen=RECENT_EDITS
         )
@@ -229,7 +237,7 @@ class ReapplyDetector:
                 text = "\n".join(
                     v for k, v in parsed.items() if isinstance(v, str) and k in _CONTENT_KEYS
                 )
-            self._edit(event, (_path(path),), _lines(text))
+            self._edit(event, (_name(_path(path)),), _lines(text))
             return self._current
         command = _command(event)
         if command is None:
@@ -239,7 +247,7 @@ class ReapplyDetector:
             for file in restored:
                 self._restore(file, event.call_index)
             return None
-        self._edit(event, _paths(command), _lines(command))
+        self._edit(event, _names(command), _lines(command))
         return self._current
 
     def _restore(self, file: str, index: int) -> None:
@@ -247,20 +255,20 @@ class ReapplyDetector:
             file, ((), 0, 0, False, -1, ())
         )
         gathered = dict.fromkeys(undone)
-        for paths, lines, at in self._recent:
-            if at > last and _mentions(paths, file):
+        for names, lines, at in self._recent:
+            if at > last and _name(file) in names:
                 gathered.update(dict.fromkeys(lines))
         kept = tuple(gathered)[-UNDONE_LINES:]
         self._files[file] = (kept, restores + 1, cycles, False, index, evidence)
         while len(self._files) > TRACKED_FILES:
             del self._files[next(iter(self._files))]
 
-    def _edit(self, step: Step, paths: tuple[str, ...], lines: tuple[str, ...]) -> None:
-        self._recent.append((paths, lines, step.call_index))
+    def _edit(self, step: Step, names: tuple[str, ...], lines: tuple[str, ...]) -> None:
+        self._recent.append((names, lines, step.call_index))
         if not lines:
             return
         for file, (undone, restores, cycles, counted, last, evidence) in list(self._files.items()):
-            if counted or not undone or not _mentions(paths, file):
+            if counted or not undone or _name(file) not in names:
                 continue
             shared = len(set(lines).intersection(undone))
             if shared < SHARED_LINES:
