@@ -190,3 +190,37 @@ async def test_waiting_is_not_cpu_time() -> None:
         return "answered"
 
     assert await runner.run(wait_for_the_judge) == "answered"
+
+
+async def test_the_runner_uses_at_most_its_threads_and_finishes_what_it_started() -> None:
+    runner = TurnRunner(threads=3, cpu_budget_s=None)
+    inside = 0
+    most = 0
+    finished: list[int] = []
+
+    async def turn(n: int) -> int:
+        nonlocal inside, most
+        inside += 1  # the worker threads share this counter under the GIL
+        most = max(most, inside)
+        await anyio.sleep(0.05)  # waits as a judge call would, holding its thread
+        inside -= 1
+        finished.append(n)
+        return n
+
+    async with anyio.create_task_group() as tg:
+        for n in range(12):
+            tg.start_soon(runner.run, lambda n=n: turn(n))
+    assert most == 3 and sorted(finished) == list(range(12))
+    # A caller cancelled mid-turn still waits for its thread: the turn ends before the
+    # caller goes on (nothing holds a session's tracker behind its back).
+    started = threading.Event()  # set in the worker thread
+
+    async def long_turn() -> int:
+        started.set()
+        await anyio.sleep(0.3)
+        finished.append(99)
+        return 99
+
+    with anyio.move_on_after(0.1):
+        await runner.run(long_turn)
+    assert started.is_set() and finished[-1] == 99

@@ -7,6 +7,11 @@ history, a text shape a regex handles badly) would stall every other session and
 unchanged; the judge's model requests are sent back to the server's loop (`MainLoopClient`),
 which owns the connections.
 
+The threads are this module's own small pool rather than anyio's: a turn is handed over
+through one C queue and its result comes back with one ``call_soon_threadsafe``, where
+``anyio.to_thread`` added a capacity limiter's checkpoint (a loop iteration), a shielded
+cancel scope and a lock-based queue per call, about as much CPU as a short turn itself.
+
 A watchdog on the server's loop reads the worker thread's CPU clock; past the budget it
 raises `_OverBudget` inside that thread (CPython's ``PyThreadState_SetAsyncExc``: delivered
 at the next bytecode, so it stops Python-level work but not one long C call, such as a
@@ -18,16 +23,15 @@ is not counted.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import ctypes
+import queue
 import selectors
 import threading
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
-
-import anyio
-import anyio.to_thread
 
 from judge.errors import LoopJudgeError
 from judge.llm._litellm import LLMClient, ModelReply
@@ -37,6 +41,9 @@ T = TypeVar("T")
 # How often the watchdog reads the worker's CPU clock: the budget is overshot by at most
 # this, and each check costs ~2 us of the loop's time.
 WATCH_INTERVAL_S = 0.05
+# A worker thread idle this long exits (anyio's own worker threads use the same 10 s):
+# a burst's threads do not linger, a steady load keeps its threads.
+IDLE_THREAD_S = 10.0
 
 
 class TurnOverBudget(LoopJudgeError):
@@ -123,12 +130,32 @@ class _Job:
     fired: bool = False
 
 
+# What a worker thread is handed: the job, the work, and where its outcome goes.
+_Item = tuple[_Job, Callable[[], Awaitable[Any]], asyncio.Future[Any], asyncio.AbstractEventLoop]
+
+
+def _settle(future: asyncio.Future[Any], result: Any, error: BaseException | None) -> None:
+    if future.done():  # the loop is shutting down and cancelled it
+        return
+    if error is not None:
+        future.set_exception(error)
+    else:
+        future.set_result(result)
+
+
 class TurnRunner:
     """Runs coroutine functions in bounded worker threads, each under a CPU budget."""
 
     def __init__(self, *, threads: int, cpu_budget_s: float | None) -> None:
-        self.limiter = anyio.CapacityLimiter(threads)
+        self.threads = threads
         self.cpu_budget_s = cpu_budget_s
+        self._queue: queue.SimpleQueue[_Item | None] = queue.SimpleQueue()
+        # Under _pool_lock: threads started and alive, those waiting for work, and work
+        # queued that no thread has taken yet (a new thread starts when it exceeds idle).
+        self._pool_lock = threading.Lock()
+        self._alive = 0
+        self._idle = 0
+        self._queued = 0
         self._loops = _ThreadLoop()
         self.main_loop: asyncio.AbstractEventLoop | None = None
         # One watchdog for all running jobs: a task per turn (created, woken every
@@ -148,13 +175,51 @@ class TurnRunner:
         if self.cpu_budget_s is not None:
             self._jobs.add(job)
             self._ensure_watchdog(self.cpu_budget_s)
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[T] = loop.create_future()
+        self._submit((job, work, future, loop))
         try:
-            return await anyio.to_thread.run_sync(self._in_thread, job, work, limiter=self.limiter)
+            return await _uncancellable(future)
         except _OverBudget:
             used = job.clock() - job.cpu_start if job.clock is not None else 0.0
             raise TurnOverBudget(self.cpu_budget_s or 0.0, used) from None
         finally:
             self._jobs.discard(job)
+
+    def _submit(self, item: _Item) -> None:
+        with self._pool_lock:
+            self._queued += 1
+            start = self._queued > self._idle and self._alive < self.threads
+            if start:
+                self._alive += 1
+        if start:
+            threading.Thread(target=self._serve, name="loop-judge-turn", daemon=True).start()
+        self._queue.put(item)
+
+    def _serve(self) -> None:
+        """A worker thread: take jobs until idle for `IDLE_THREAD_S`."""
+        while True:
+            with self._pool_lock:
+                self._idle += 1
+            try:
+                item = self._queue.get(timeout=IDLE_THREAD_S)
+            except queue.Empty:
+                item = None
+            with self._pool_lock:
+                self._idle -= 1
+                if item is None:
+                    if self._queued > self._idle:  # work arrived as we gave up: stay
+                        continue
+                    self._alive -= 1
+                    return
+                self._queued -= 1
+            job, work, future, loop = item
+            try:
+                result = self._in_thread(job, work)
+            except BaseException as exc:  # handed to the waiting caller, as is
+                _report(loop, future, None, exc)
+            else:
+                _report(loop, future, result, None)
 
     def _ensure_watchdog(self, budget_s: float) -> None:
         """Start the shared watchdog unless one is running on this loop (it stops by
@@ -208,6 +273,34 @@ def _check(job: _Job, budget_s: float) -> None:
 
 async def _call(work: Callable[[], Awaitable[T]]) -> T:
     return await work()
+
+
+def _report(
+    loop: asyncio.AbstractEventLoop,
+    future: asyncio.Future[Any],
+    result: Any,
+    error: BaseException | None,
+) -> None:
+    # RuntimeError: the loop closed while the turn ran, and nobody is waiting.
+    with contextlib.suppress(RuntimeError):
+        loop.call_soon_threadsafe(_settle, future, result, error)
+
+
+async def _uncancellable(future: asyncio.Future[T]) -> T:
+    """Wait for ``future`` even if the caller is cancelled meanwhile (the thread cannot be
+    abandoned while it holds a session's tracker), then raise the cancellation."""
+    cancelled = False
+    while True:
+        try:
+            result = await asyncio.shield(future)
+        except asyncio.CancelledError:
+            if future.done():
+                raise
+            cancelled = True
+            continue
+        if cancelled:
+            raise asyncio.CancelledError
+        return result
 
 
 class MainLoopClient:
