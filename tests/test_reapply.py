@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from judge import LoopKind, LoopTracker, TrackerConfig
+from judge.detectors import reapply
 from judge.detectors.reapply import ReapplyDetector, restored_files
 from judge.detectors.steps import StepBuilder
 from judge.history import normalize_history
@@ -333,3 +334,53 @@ def test_hostile_commands_take_linear_time(command: str) -> None:
         for step in builder.feed(msg):
             detector.observe(step)
     assert time.perf_counter() - started < 2.0
+
+
+def test_memory_stays_bounded_over_a_long_run() -> None:
+    history: list[dict[str, Any]] = [{"role": "user", "content": "go"}]
+    commands = []
+    for n in range(300):
+        lines = tuple(f"    value_{n}_{j} = compute_total(part={j}, run={n})" for j in range(80))
+        commands += [script(f"fix_{n}.py", lines)["command"], f"git checkout pkg/f{n % 40}.py"]
+        commands[-2] = commands[-2].replace(TARGET, f"pkg/f{n % 40}.py")
+    for n, command in enumerate(commands):
+        history += [
+            {
+                "role": "assistant",
+                "content": "",
+                "tool_calls": [
+                    {
+                        "id": f"c{n}",
+                        "type": "function",
+                        "function": {"name": "bash", "arguments": {"command": command}},
+                    }
+                ],
+            },
+            {"role": "tool", "tool_call_id": f"c{n}", "content": shell(0)},
+        ]
+        history += [
+            {
+                "role": "assistant",
+                "content": "",
+                "tool_calls": [
+                    {
+                        "id": f"e{n}",
+                        "type": "function",
+                        "function": {
+                            "name": "str_replace_editor",
+                            "arguments": str_replace(f"stale {n}", "x"),
+                        },
+                    }
+                ],
+            },
+            {"role": "tool", "tool_call_id": f"e{n}", "content": observation("not found")},
+        ]
+    builder, detector = StepBuilder(), ReapplyDetector()
+    for msg in normalize_history(history):
+        for step in builder.feed(msg):
+            detector.observe(step)
+    assert len(detector._files) == reapply.TRACKED_FILES
+    assert all(len(undone) <= reapply.UNDONE_LINES for undone, *_ in detector._files.values())
+    assert len(detector._recent) == reapply.RECENT_EDITS
+    assert all(len(lines) <= reapply.LINES_PER_EDIT for _, lines, _ in detector._recent)
+    assert len(detector._refused) == reapply.TRACKED_TARGETS
