@@ -72,13 +72,17 @@ class Schedule:
         """Is a check due this turn?
 
         ``early`` lets heuristic suspicion bring the check forward before
-        ``check_after_turns``; the interval still applies so a suspicious stretch does not
-        call the model every turn.
+        ``check_after_turns``; an interval still applies so a suspicious stretch does not
+        call the model every turn, but only the shortest one: a confident "no loop" early in
+        a run (a few similar searches) would otherwise hold off the check for up to
+        max_interval turns while a loop starts (moatless sympy-23262 in coding_dev: cleared
+        at turn 6, re-read loop suspected at turn 16, over by turn 20).
         """
-        if self.turn - self.last_check_turn < self.check_interval and self.last_check_turn:
-            return False
+        since = self.turn - self.last_check_turn
         if early:
-            return True
+            return not self.last_check_turn or since >= min(self.min_interval, self.check_interval)
+        if since < self.check_interval and self.last_check_turn:
+            return False
         return (
             self.turn >= self.check_after_turns
             and self.turn - self.last_check_turn >= self.check_interval

@@ -350,3 +350,11 @@ def test_revisit_is_bounded_on_adversarial_calls() -> None:
         detector.observe(cat)
     assert time.perf_counter() - started < 1.0
     assert len(detector._window) <= REVISIT_WINDOW
+
+
+def test_user_requested_rereads_are_not_a_loop() -> None:
+    agent = Agent()
+    for i in range(6):
+        agent.call("read_file", {"path": "status/report.md"}, "# Nightly report\nall 14 jobs green")
+        agent.user(f"Thanks. Read it out again in a minute, please ({i}).")
+    assert first_flag(replay(agent)) is None

@@ -38,13 +38,17 @@ def test_first_check_at_turn_30_then_initial_interval_until_answered() -> None:
     assert due == [30, 35]
 
 
-def test_early_check_respects_the_interval() -> None:
+def test_early_check_waits_the_shortest_interval() -> None:
     s = Schedule(check_after_turns=30, initial_interval=3, min_interval=5, max_interval=15)
     s.tick()
     assert s.due(early=True)
-    s.checked(0.6)  # interval 9
-    for _ in range(8):
+    s.checked(0.1)  # a confident "no": interval 14 for scheduled checks
+    for _ in range(4):
         s.tick()
         assert not s.due(early=True)
     s.tick()
-    assert s.due(early=True)
+    assert s.due(early=True)  # suspicion: min_interval (5) after the last check
+    assert not s.due()  # without it, the adapted interval holds
+    for _ in range(30):
+        s.tick()
+    assert s.due()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from judge import LoopKind, TrackerConfig
+from judge.detectors.base import SUSPICION_CAP
 from judge.detectors.semantic_repeat import request_text
 from judge.detectors.steps import StepBuilder
 from judge.detectors.suite import default_detectors
@@ -42,6 +43,16 @@ def test_rephrased_delegation_is_a_loop() -> None:
     assert first_flag(replay(agent, semantic="off")) is None
 
 
+def test_one_rephrasing_short_of_the_loop_asks_the_judge() -> None:
+    # two earlier requests of the same meaning: the near miss that brings the check forward
+    agent = Agent()
+    for i, request in enumerate(REPHRASED[:3]):
+        agent.call("WebSurfer", {"request": request}, f"I clicked a link. Screenshot {i}.")
+    verdicts = replay(agent, semantic="on")
+    assert [v.suspicion >= SUSPICION_CAP for v in verdicts] == [False, False, True]
+    assert first_flag(verdicts) is None
+
+
 def test_different_requests_and_enumerations_are_progress() -> None:
     agent = Agent()
     for request in [
@@ -57,7 +68,9 @@ def test_different_requests_and_enumerations_are_progress() -> None:
             {"request": f"Open search result number {n} and read its title."},
             f"title {n}",
         )
-    assert first_flag(replay(agent, semantic="on")) is None
+    verdicts = replay(agent, semantic="on")
+    assert first_flag(verdicts) is None
+    assert max(v.suspicion for v in verdicts) < SUSPICION_CAP
 
 
 def test_identical_requests_with_new_results_are_polling_not_semantic_loops() -> None:

@@ -11,7 +11,8 @@ Two shapes of one loop (issue 15, section 2) that identical-call counting misses
 
 A read is a step of a read-only tool (`ToolClass.EXPLORE`, an editor's ``view`` command, or
 a read-only shell command) that returned data. A new file change starts everything over:
-reading a file again after editing it is how an agent checks its work.
+reading a file again after editing it is how an agent checks its work. A person's message
+ends a run in a row: "read it again" from the user is not the agent looping.
 """
 
 from __future__ import annotations
@@ -24,6 +25,8 @@ from judge.detectors.base import LOOP_SCORE, SUSPICION_CAP, Event, Finding, near
 from judge.detectors.outcome import Outcome
 from judge.detectors.steps import Step
 from judge.detectors.tool_classes import ToolClass, classify_tool
+from judge.history import Message
+from judge.user_turns import is_observation, is_recovery
 from judge.verdict import LoopKind
 
 # Same target, unchanged result, nothing in between: reads allowed in a row before the next
@@ -142,7 +145,7 @@ class RevisitDetector:
     read within the recent window, both since the last new file change."""
 
     name = "revisit"
-    reads_messages = False  # it reasons about call steps only
+    # call steps, and user messages: a person's words between two reads break the run
     # Attributes that make up the detector's state (serialized by LoopTracker.state).
     STATE = ("_run", "_window", "_latest", "_current")
 
@@ -159,7 +162,9 @@ class RevisitDetector:
         self._current: Finding | None = None
 
     def observe(self, event: Event) -> Finding | None:
-        if not isinstance(event, Step):
+        if isinstance(event, Message):
+            if event.role == "user" and not (is_observation(event) or is_recovery(event)):
+                self._run = None
             return self._current
         ok = event.outcome is Outcome.OK
         target = read_target(event) if ok else None

@@ -98,7 +98,8 @@ class SemanticRepeatDetector:
         self._current = Finding(
             detector=self.name,
             kind=LoopKind.COGNITIVE,
-            score=LOOP_SCORE if looping else near_miss(len(earlier), EARLIER_NEEDED),
+            # one request short of the loop asks the judge early (every near miss does)
+            score=LOOP_SCORE if looping else near_miss(len(earlier), EARLIER_NEEDED - 1),
             evidence=(*earlier, event.call_index),
             summary=f"{event.call.name} asked for the same thing {len(earlier) + 1}x in "
             f"other words: {short(text, 60)!r}",
