@@ -102,3 +102,28 @@ def test_modes_choose_the_detector() -> None:
     names_off = {d.name for d in default_detectors(TrackerConfig(semantic="off"))}
     assert "semantic_repeat" in names_on and "repeated_request" not in names_on
     assert "semantic_repeat" not in names_off and "repeated_request" in names_off
+
+
+def test_a_broken_model_install_never_breaks_the_turn(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    # onnxruntime present but its native library unloadable: the detector steps aside
+    # with one warning, and the other detectors still catch what they catch.
+    class BrokenModel:
+        def __init__(self) -> None:
+            raise OSError("libonnxruntime.so.1: cannot open shared object file")
+
+    monkeypatch.setattr(embeddings, "_model", None)
+    monkeypatch.setattr(embeddings, "Embedder", BrokenModel)
+    agent = Agent()
+    for i, request in enumerate(REPHRASED):
+        agent.call("WebSurfer", {"request": request + " (broken)"}, f"Screenshot {i}.")
+    for _ in range(3):
+        agent.call("write_file", {"path": "a.txt", "content": "x"}, "File written.")
+    with caplog.at_level("WARNING", logger="judge"):
+        verdicts = replay(agent, semantic="on")
+    assert first_flag(verdicts) == 7  # the exact repeat, not the semantic one
+    assert verdicts[6].source == "heuristic:exact_repeat"
+    disabled = [r for r in caplog.records if "semantic detector disabled" in r.getMessage()]
+    assert len(disabled) == 1
+    assert "cannot open shared object file" in disabled[0].getMessage()

