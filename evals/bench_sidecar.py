@@ -478,15 +478,19 @@ def main(argv: list[str] | None = None) -> int:
         print(
             f"{'server':<9} {'store':<7} {'mode':<7} {'sessions':>8} {'requests':>8} "
             f"{'errors':>6} {'req/s':>8} {'p50 ms':>8} {'p99 ms':>8} {'client':>6} "
-            f"{'server':>6}"
+            f"{'server':>6} {'cpu ms/req':>10}"
         )
         for r in results:
             print(
                 f"{r.server:<9} {r.store:<7} {r.mode:<7} {r.sessions:>8} {r.requests:>8} "
                 f"{r.errors:>6} {r.rps:>8} {r.p50_ms:>8} {r.p99_ms:>8} "
-                f"{r.client_cores:>6} {r.server_cores:>6}"
+                f"{r.client_cores:>6} {r.server_cores:>6} "
+                f"{(r.server_cores * 1000 / r.rps if r.rps else 0.0):>10.2f}"
             )
-        print("client, server: cores used (CPU seconds per wall second)")
+        print(
+            "client, server: cores used (CPU seconds per wall second); cpu ms/req: the "
+            "server's CPU per request, which the machine's other load does not change much"
+        )
         for r in results:
             if r.error_kinds:
                 print(f"{r.server} {r.store} {r.mode} {r.sessions} errors: {r.error_kinds}")

@@ -418,7 +418,6 @@ async def test_cached_tracker_matches_one_restored_from_redis(
         # (readonly: the restored copy is not saved) says the same.
         async with fresh.session("s", readonly=True) as restored:
             assert decodes.count == 1
-            assert restored.state == cached._cache["s"][1].tracker.state
             from_store = await restored.turn_started(turns[-1])
         got.append(await turn(cached, "s", turns[-1]))
         assert decodes.count == 1

@@ -73,6 +73,13 @@ LOCK_RENEWALS_PER_LEASE = 3
 # stored tag is still the one this replica wrote, and 64 bits never collide by chance.
 GENERATION_BYTES = 8
 
+# Redis connections per replica. A turn holds one only for a round trip (never while its
+# tracker runs), so 100 (redis-py's own default) is more than a replica's two cores can keep
+# busy; past it, a request waits for a free connection rather than failing with
+# "Too many connections" (which 1,000 concurrent sessions hit: ~1 request in 60 got 503).
+REDIS_MAX_CONNECTIONS = 100
+# How long a request waits for a free connection before it is a 503 (redis-py's default).
+REDIS_POOL_WAIT_S = 20.0
 # Bytes of randomness in a lock token: only the holder knows it, so only the holder can
 # renew, save under or release the lock.
 TOKEN_BYTES = 16
@@ -423,9 +430,12 @@ class RedisStore:
         if (url is None) == (redis is None):
             raise ValueError("RedisStore needs exactly one of url= or redis=")
         if redis is None:
-            from redis.asyncio import Redis
+            from redis.asyncio import BlockingConnectionPool, Redis
 
-            redis = Redis.from_url(url)  # type: ignore[arg-type]
+            pool = BlockingConnectionPool.from_url(
+                str(url), max_connections=REDIS_MAX_CONNECTIONS, timeout=REDIS_POOL_WAIT_S
+            )
+            redis = Redis.from_pool(pool)  # closes the pool with the client
         self.config = config if config is not None else TrackerConfig()
         self.judge_client = judge_client
         self._redis = redis
