@@ -309,14 +309,13 @@ class MemoryStore:
                 del self._entries[sid]
                 excess -= 1
 
-    def _use(self, key: str, now: float, *, create: bool) -> _Entry | None:
-        """The session's entry, marked in use (so eviction spares it) and most recent."""
+    def _use(self, key: str, now: float) -> _Entry | None:
+        """The session's entry, if any, marked in use."""
         entry = self._entries.get(key)
-        if entry is None:
-            if not create:
-                return None
-            entry = _Entry(Session(new_tracker(self.config, self.judge_client)), now)
-            self._entries[key] = entry
+        return self._mark(key, entry, now) if entry is not None else None
+
+    def _mark(self, key: str, entry: _Entry, now: float) -> _Entry:
+        """Mark ``entry`` in use (so eviction spares it) and most recent."""
         entry.users += 1
         entry.last_used = now
         self._entries.move_to_end(key)
@@ -327,10 +326,21 @@ class MemoryStore:
     async def open(self, key: str, *, readonly: bool = False) -> AsyncIterator[Session]:
         now = self._clock()
         self._expire(now)
-        entry = self._use(key, now, create=not readonly)
-        if entry is None:  # a preflight on an unknown session: a fresh tracker, not kept
-            yield Session(new_tracker(self.config, self.judge_client))
-            return
+        entry = self._use(key, now)
+        if entry is None:
+            # Building a tracker costs milliseconds of CPU: off the loop.
+            fresh = Session(
+                await anyio.to_thread.run_sync(new_tracker, self.config, self.judge_client)
+            )
+            if readonly:  # a preflight on an unknown session: a fresh tracker, not kept
+                yield fresh
+                return
+            # Another request may have made the session meanwhile: then that one is used.
+            now = self._clock()
+            entry = self._use(key, now)
+            if entry is None:
+                entry = self._entries[key] = _Entry(fresh, now)
+                self._mark(key, entry, now)
         try:
             # Readers lock too: turns run in worker threads, and a preflight must not read
             # detector state while a turn is changing it.
