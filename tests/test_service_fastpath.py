@@ -167,3 +167,32 @@ async def test_unknown_tokens_and_bad_ids_are_left_to_fastapi(
     r = await post(client, "x" * 129, body)
     assert r.status_code == 422 and "session id must be" in r.text
     assert counted.slow == 3
+
+
+async def test_the_first_authorization_header_counts_as_in_fastapi(counted: Counted) -> None:
+    body = json.dumps({"messages": failing_repeat_history(1)}).encode()
+    async with httpx.AsyncClient(
+        transport=httpx.ASGITransport(app=counted.app), base_url="http://localhost"
+    ) as client:
+        request = client.build_request(
+            "POST",
+            "/v1/sessions/s/turns",
+            content=body,
+            headers=[
+                ("Content-Type", "application/json"),
+                ("Authorization", "Bearer wrong"),
+                ("Authorization", f"Bearer {TOKEN}"),
+            ],
+        )
+        assert (await client.send(request)).status_code == 401
+        request = client.build_request(
+            "POST",
+            "/v1/sessions/s/turns",
+            content=body,
+            headers=[
+                ("Content-Type", "application/json"),
+                ("Authorization", f"Bearer {TOKEN}"),
+                ("Authorization", "Bearer wrong"),
+            ],
+        )
+        assert (await client.send(request)).status_code == 200

@@ -306,10 +306,10 @@ class FastTurns:
             await self.app(scope, receive, send)
             return
         authorization = content_type = None
-        for name, value in scope["headers"]:
-            if name == b"authorization":
+        for name, value in scope["headers"]:  # the first of each, as Starlette reads them
+            if name == b"authorization" and authorization is None:
                 authorization = value
-            elif name == b"content-type":
+            elif name == b"content-type" and content_type is None:
                 content_type = value
         principal = self.handler.principal(authorization)
         if principal is None or not _json_content(content_type):
@@ -371,7 +371,8 @@ class TurnHandler:
         if authorization is None:
             return None
         scheme, _, token = authorization.partition(b" ")
-        if scheme.lower() != b"bearer" or not token:
+        # Non-ASCII: FastAPI reads the header as latin-1, so leave those to it.
+        if scheme.lower() != b"bearer" or not token or not token.isascii():
             return None
         return self.principals.get(_digest(token))
 
