@@ -6,6 +6,13 @@ Figures (all on the committed corpus, so a run is reproducible):
 * **secret leaks**: cases of ``tests/data/secrets/secrets.jsonl`` (each format in a tool
   result, in a tool call's JSON arguments, in the assistant's text and in the task) whose
   credential, or any 10-character piece of it, is still in the judge's prompt;
+* **secret leaks into saved state**: the same cases run through a tracker as a looping
+  history (the call and its result repeated, so detectors keep clipped, lowercased and
+  quoted copies and the ladder records the loop), overridden with a reason quoting the
+  text; counted in the JSON of ``tracker.state`` and ``tracker.overrides``, with
+  ``redact_secrets`` on and off (off: what every state held before); plus look-alike cases
+  whose saved state holds a marker, and cases whose verdicts differ between a tracker
+  never saved and one restored from JSON every turn (as the sidecar runs);
 * **false redactions**: cases of ``lookalikes.jsonl`` (hashes, UUIDs, base64, code that only
   names a secret) whose prompt holds a redaction marker;
 * **fence escapes**: prompt-injection payloads, placed the same four ways, that add a tag,
@@ -34,6 +41,9 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import anyio
+
+from judge import LoopTracker, TrackerConfig
 from judge.history import normalize_history
 from judge.llm.redaction import Redactor
 from judge.llm.transcript import fit_prompt
@@ -183,6 +193,93 @@ def measure_redaction(scrub: Scrub) -> dict[str, Any]:
     }
 
 
+# Turns the case's call and result are repeated: enough for exact_repeat to flag (and the
+# ladder to record the pattern) and for the text detectors to keep their copies.
+STATE_TURNS = 4
+
+
+def _looping(history: list[dict[str, Any]], turns: int) -> list[list[dict[str, Any]]]:
+    """The history after each of ``turns`` turns, its call and result said again each."""
+    grown, out = list(history), []
+    for _ in range(turns):
+        grown = grown + [dict(m) for m in history[1:]]
+        out.append(grown)
+    return out
+
+
+def _start(config: TrackerConfig, sidecar: bool) -> LoopTracker:
+    """A new tracker; ``sidecar``: as the sidecar and the hook start a session (continued
+    from an empty state, so it reads the conversation redacted from the start)."""
+    if sidecar:
+        return LoopTracker.from_state(config, LoopTracker(config).state.model_dump())
+    return LoopTracker(config)
+
+
+async def _saved_text(case: dict[str, Any], config: TrackerConfig, sidecar: bool) -> str:
+    """The JSON of the state and the override records after a looping history."""
+    tracker = _start(config, sidecar)
+    for history in _looping(history_for(case["text"], case["placement"]), STATE_TURNS):
+        verdict = await tracker.turn_started(history)
+        if sidecar:
+            tracker = LoopTracker.from_state(config, tracker.state.model_dump_json())
+    tracker.override(verdict if verdict.pattern else "exact", f"fine, it needs {case['text']}")
+    overrides = json.dumps([r.model_dump() for r in tracker.overrides])
+    return tracker.state.model_dump_json() + overrides
+
+
+async def _verdicts(case: dict[str, Any], config: TrackerConfig, *, restore: bool) -> list[Any]:
+    """Verdicts per turn; ``restore``: as the sidecar runs a session (from an empty state,
+    then restored from its JSON before every turn)."""
+    tracker = _start(config, restore)
+    seen = []
+    for history in _looping(history_for(case["text"], case["placement"]), STATE_TURNS + 2):
+        v = await tracker.turn_started(history)
+        seen.append((v.looping, v.kind, v.action, v.evidence))
+        if restore:
+            tracker = LoopTracker.from_state(config, tracker.state.model_dump_json())
+    return seen
+
+
+def measure_saved_state(cases: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    """Leaks into saved state and override records (redaction on and off), false
+    redactions there, and verdicts that a restore every turn changes."""
+    secrets = load(SECRETS_FILE) if cases is None else cases
+    lookalikes = load(LOOKALIKES_FILE) if cases is None else []
+    on, off = TrackerConfig(semantic="off"), TrackerConfig(semantic="off", redact_secrets=False)
+
+    async def run() -> dict[str, Any]:
+        figures: dict[str, Any] = {"secret_cases": len(secrets)}
+        for path, sidecar in (("library", False), ("sidecar", True)):
+            leaks = [
+                c["id"] for c in secrets if leaked(await _saved_text(c, on, sidecar), c["secrets"])
+            ]
+            false = [
+                c["id"] for c in lookalikes if "[REDACTED:" in await _saved_text(c, on, sidecar)
+            ]
+            figures[path] = {
+                "leaks": len(leaks),
+                "leaked": leaks,
+                "false_redactions": len(false),
+                "falsely_redacted": false,
+            }
+        raw = [c["id"] for c in secrets if leaked(await _saved_text(c, off, False), c["secrets"])]
+        differ = [
+            c["id"]
+            for c in secrets
+            if await _verdicts(c, on, restore=True) != await _verdicts(c, on, restore=False)
+        ]
+        figures.update(
+            leaks_without_redaction=len(raw),
+            lookalike_cases=len(lookalikes),
+            restore_differs=len(differ),
+            differing=differ,
+        )
+        return figures
+
+    figures: dict[str, Any] = anyio.run(run)
+    return figures
+
+
 def fence_escapes(scrub: Scrub) -> dict[str, Any]:
     """Injection payloads that change the prompt's structure (see the module docstring)."""
     placements = ("result", "arguments", "assistant", "task")
@@ -284,6 +381,7 @@ def main(argv: list[str] | None = None) -> int:
     ours = Redactor()
     report: dict[str, Any] = {
         "redaction": _timed(lambda: measure_redaction(ours.redact)),
+        "saved_state": _timed(measure_saved_state),
         "fence": fence_escapes(ours.redact),
         "judge_text": judge_text_escapes(),
         "hostile_histories": hostile_history_figures(),
@@ -301,6 +399,16 @@ def main(argv: list[str] | None = None) -> int:
         f"({r['secret_formats']} formats x 4 placements); {r['false_redactions']} false "
         f"redactions in {r['lookalike_cases']} look-alike cases "
         f"({r['false_redaction_rate']:.1%}); {r['seconds']} s"
+    )
+    st = report["saved_state"]
+    lib, car = st["library"], st["sidecar"]
+    print(
+        f"saved state and override records, {st['secret_cases']} cases: {lib['leaks']} "
+        f"leaks (a tracker saved once), {car['leaks']} (restored every turn, as the sidecar "
+        f"does), {st['leaks_without_redaction']} with redact_secrets off; false "
+        f"redactions in {st['lookalike_cases']} look-alike cases: {lib['false_redactions']} "
+        f"and {car['false_redactions']}; verdicts a restore every turn changes: "
+        f"{st['restore_differs']}; {st['seconds']} s"
     )
     f = report["fence"]
     print(f"transcript fence: {f['escapes']} escapes of {f['payloads']} injection placements")

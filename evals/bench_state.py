@@ -8,6 +8,11 @@ size is paid per turn, per session. Three measurements, heuristics only (no judg
 - adversarial: one call per turn whose arguments (or result) is 10 kB to 7 MB, and
   arguments nested ``"[" * n + "]" * n`` for n of 100 to 5,000; the state's largest size
   and its growth per MB of arguments;
+- redaction cost: the recorded set replayed as the sidecar runs it (each turn restored from
+  the previous turn's JSON, then saved), with ``redact_secrets`` on (the default: every
+  string of the state redacted, each distinct one once, and a restored tracker reading
+  what is new redacted) and off, interleaved run by run in one process: time to save the
+  state, and the whole turn (restore, read, save), per turn;
 - hostile: a seeded fuzzer of hostile histories (deep nesting, multi-MB text, lone
   surrogates, NUL and marker-like keys, hundreds of parallel calls, objects whose
   ``__str__`` raises), each turn restored from the previous turn's JSON as a sidecar does:
@@ -15,6 +20,7 @@ size is paid per turn, per session. Three measurements, heuristics only (no judg
   state.
 
 Run from the repository root:  .venv/bin/python evals/bench_state.py  [--json] [--quick]
+[--redaction-only]
 It uses only the public API, so ``PYTHONPATH=<older checkout>`` measures an older version.
 """
 
@@ -91,6 +97,72 @@ def recorded_figures() -> dict[str, Any]:
         "max_bytes": ordered[-1],
         "median_session_max_bytes": int(statistics.median(per_session)),
     }
+
+
+# The same configuration without redaction: the "before" of the redaction-cost figure.
+CONFIG_RAW = TrackerConfig(semantic="off", redact_secrets=False)
+
+
+async def _sidecar_replay(history: list[Any], config: TrackerConfig) -> tuple[list[float], ...]:
+    """Per turn: seconds to save the state, and for the whole turn as a sidecar runs it."""
+    tracker = LoopTracker.from_state(config, LoopTracker(config).state.model_dump())
+    saves: list[float] = []
+    turns: list[float] = []
+    for end in assistant_turn_ends(history) or [len(history)]:
+        started = time.perf_counter()
+        await tracker.turn_started(history[:end])
+        saving = time.perf_counter()
+        blob = tracker.state.model_dump_json()
+        saved = time.perf_counter()
+        tracker = LoopTracker.from_state(config, blob)
+        saves.append(saved - saving)
+        turns.append(time.perf_counter() - started)
+    return saves, turns
+
+
+def _percentiles(values: list[float]) -> dict[str, float]:
+    ordered = sorted(values)
+    return {
+        "median_ms": round(1000 * statistics.median(ordered), 3),
+        "p95_ms": round(1000 * ordered[int(0.95 * (len(ordered) - 1))], 3),
+    }
+
+
+def redaction_cost_figures() -> dict[str, Any]:
+    """Save and turn time per turn with redaction on and off, side by side (each run is
+    replayed once per configuration, alternating, so load on the machine hits both)."""
+    from judge.trajectories.dataset import load_dataset
+
+    folders = [p for p in DATA.glob("recorded/*") if p.is_dir()] + [DATA / "handmade"]
+    trajectories, _ = load_dataset(folders)
+    times: dict[str, dict[str, list[float]]] = {
+        "on": {"save": [], "turn": []},
+        "off": {"save": [], "turn": []},
+    }
+    for trajectory in trajectories:
+        for name, config in (("on", CONFIG), ("off", CONFIG_RAW)):
+            saves, turns = anyio.run(lambda t=trajectory, c=config: _sidecar_replay(t.messages, c))
+            times[name]["save"] += saves
+            times[name]["turn"] += turns
+    report: dict[str, Any] = {"trajectories": len(trajectories)}
+    for name, kinds in times.items():
+        report[name] = {kind: _percentiles(values) for kind, values in kinds.items()}
+        report[name]["turns"] = len(kinds["save"])
+    for kind in ("save", "turn"):
+        on, off = report["on"][kind]["median_ms"], report["off"][kind]["median_ms"]
+        report[f"{kind}_median_ratio"] = round(on / off, 2) if off else None
+    return report
+
+
+def _print_redaction_cost(c: dict[str, Any]) -> None:
+    on, off = c["on"], c["off"]
+    print(
+        f"redaction cost ({c['trajectories']} runs, {on['turns']} turns, sidecar pattern): "
+        f"save median {on['save']['median_ms']} ms / p95 {on['save']['p95_ms']} ms with "
+        f"redaction, {off['save']['median_ms']} / {off['save']['p95_ms']} ms without "
+        f"(x{c['save_median_ratio']}); whole turn median {on['turn']['median_ms']} ms vs "
+        f"{off['turn']['median_ms']} ms (x{c['turn_median_ratio']})"
+    )
 
 
 def _call_turn(i: int, arguments: str, result: str) -> list[dict[str, Any]]:
@@ -259,10 +331,21 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--json", action="store_true", help="print the figures as JSON")
     parser.add_argument("--quick", action="store_true", help="skip the 7 MB sizes, fewer histories")
+    parser.add_argument(
+        "--redaction-only", action="store_true", help="only the redaction cost figure"
+    )
     args = parser.parse_args(argv)
+    if args.redaction_only:
+        cost = redaction_cost_figures()
+        if args.json:
+            print(json.dumps(cost, indent=2))
+        else:
+            _print_redaction_cost(cost)
+        return 0
     sizes = SIZES_MB[:-1] if args.quick else SIZES_MB
     report = {
         "recorded": recorded_figures(),
+        "redaction_cost": redaction_cost_figures(),
         "adversarial": adversarial_figures(sizes),
         "hostile": hostile_figures(FUZZ_HISTORIES // 4 if args.quick else FUZZ_HISTORIES),
     }
@@ -275,6 +358,7 @@ def main(argv: list[str] | None = None) -> int:
         f"median {r['median_bytes']}, p95 {r['p95_bytes']}, max {r['max_bytes']}; "
         f"median of each session's largest {r['median_session_max_bytes']}"
     )
+    _print_redaction_cost(report["redaction_cost"])
     for kind in ("arguments", "result"):
         a = report["adversarial"][kind]
         cells = ", ".join(

@@ -17,6 +17,7 @@ from __future__ import annotations
 import dataclasses
 import json
 from collections import deque
+from collections.abc import Callable
 from enum import Enum
 from typing import Any
 
@@ -203,9 +204,13 @@ _KEY_REF = _NUL + "#"  # a dict key that is a reference: NUL # position
 _VALUE_REF = _NUL + "s"  # {NUL s: position}: a string value that is a reference
 
 
-def compact(data: Any) -> tuple[Any, list[str]]:
+def compact(data: Any, scrub: Callable[[str], str] | None = None) -> tuple[Any, list[str]]:
     """``data`` (JSON-able) with each string of INTERN_MIN_CHARS or more replaced by a
     reference into a table of distinct strings, returned with that table.
+
+    ``scrub`` (the tracker's redactor, memoized by `judge.state`) is applied to every
+    string, keys included, on its way in: this walk is the one place every text of a saved
+    state passes, whichever detector kept it, so nothing saved can skip redaction.
 
     Walked with an explicit stack, so any nesting the data has costs no recursion, and in
     time linear in its size (strings are hashed once each).
@@ -221,12 +226,18 @@ def compact(data: Any) -> tuple[Any, list[str]]:
         return at
 
     def key(k: str) -> str:
+        if scrub is not None:
+            k = scrub(k)
         if len(k) >= INTERN_MIN_CHARS:
             return f"{_KEY_REF}{ref(k)}"
         return _NUL + k if k.startswith(_NUL) else k
 
     def value(v: Any) -> Any:
-        if isinstance(v, str) and len(v) >= INTERN_MIN_CHARS:
+        if not isinstance(v, str):
+            return v
+        if scrub is not None:
+            v = scrub(v)
+        if len(v) >= INTERN_MIN_CHARS:
             return {_VALUE_REF: ref(v)}
         return v
 

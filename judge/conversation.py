@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import dataclasses
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from judge._codec import decode, encode
-from judge.history import RESULT_ROLES, HistoryCursor, Message
+from judge.history import RESULT_ROLES, HistoryCursor, Message, ToolCall
 from judge.llm.transcript import SCRUB_MARGIN, clip, judge_window
 from judge.user_turns import UserMessageKind, classify_user, digest
 
@@ -55,6 +55,21 @@ class Conversation:
         # Digests of user messages seen, to tell a new prompt from one re-read after the
         # history was rewritten or a nudge said again (stable across processes).
         self._user_seen: set[str] = set()
+        # Set on a tracker restored from a redacted state (`read_redacted`).
+        self._scrub: Callable[[Any], Any] | None = None
+
+    def read_redacted(self, scrub: Callable[[Any], Any] | None) -> None:
+        """From now on every message (and `scrubbed` call) is read as a saved state holds
+        it: a tracker restored from a redacted state compares like with like."""
+        self._cursor.scrub = scrub
+        self._scrub = scrub
+
+    def scrubbed(self, call: ToolCall) -> ToolCall:
+        """``call`` as `read_redacted` reads calls (itself when nothing is set)."""
+        if self._scrub is None:
+            return call
+        scrubbed: ToolCall = self._scrub(call)
+        return scrubbed
 
     @property
     def last(self) -> Message | None:
@@ -118,6 +133,7 @@ class Conversation:
             "recent": encode(self._recent),
             "task": encode(self.task),
             "user_seen": sorted(self._user_seen),
+            "read_redacted": self._scrub is not None,
         }
 
     def restore(self, seen: int, last: Any, recent: Any, task: Any, user_seen: list[str]) -> None:

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import json
 from collections import deque
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from hashlib import blake2b
 from typing import Any
@@ -563,10 +563,17 @@ class HistoryCursor:
     it) is not noticed: messages are read once.
     """
 
-    __slots__ = ("_last", "_offset", "_seen", "_tail")
+    __slots__ = ("_last", "_offset", "_seen", "_tail", "scrub")
 
     def __init__(self) -> None:
+        # What each message read passes before anyone sees it (a restored tracker's
+        # redactor: judge.state.redacting_reader), so it compares with what was saved.
+        self.scrub: Callable[[Message], Message] | None = None
         self.reset()
+
+    def _normalize(self, raw: Any, index: int) -> list[Message]:
+        read = normalize_entry(raw, index)
+        return read if self.scrub is None else [self.scrub(m) for m in read]
 
     @property
     def seen(self) -> int:
@@ -591,8 +598,7 @@ class HistoryCursor:
             self._offset = last.index - (seen - 1)
             self._tail.append((None, last))
 
-    @staticmethod
-    def _matches(raw: Any, kept: tuple[Any, Message]) -> bool:
+    def _matches(self, raw: Any, kept: tuple[Any, Message]) -> bool:
         """Is ``raw`` the entry remembered in ``kept``, wherever it now stands?"""
         kept_raw, kept_msg = kept
         if kept_raw is not None:
@@ -601,7 +607,7 @@ class HistoryCursor:
             if isinstance(raw, dict) and isinstance(kept_raw, dict):
                 return bool(raw == kept_raw)  # copies (a server's JSON) compare equal
         try:  # normalized at the remembered index, so only the content is compared
-            return normalize_entry(raw, kept_msg.index)[-1:] == [kept_msg]
+            return self._normalize(raw, kept_msg.index)[-1:] == [kept_msg]
         except HistoryError:
             return False
 
@@ -643,7 +649,7 @@ class HistoryCursor:
         tail_from = len(seq) - TAIL_MATCH
         for pos in range(start, len(seq)):
             raw = seq[pos]
-            read = normalize_entry(raw, offset + pos)
+            read = self._normalize(raw, offset + pos)
             new.extend(read)
             if read and pos >= tail_from:
                 kept.append((raw, read[-1]))

@@ -34,7 +34,7 @@ from judge.response.responder import LoopCallback, Responder
 from judge.response.stats import TrackerStats
 from judge.response.telemetry import Telemetry
 from judge.schedule import Schedule
-from judge.state import MAX_STATE_BYTES, STATE_VERSION, TrackerState
+from judge.state import MAX_STATE_BYTES, STATE_VERSION, TrackerState, redacting_reader
 from judge.verdict import Verdict
 
 if TYPE_CHECKING:
@@ -207,7 +207,9 @@ class LoopTracker:
             breaker=self._breaker.snapshot(),
             judge_calls_used=calls_used,
             judge_tokens_used=tokens_used,
-        ).with_max_bytes(self.config.max_state_bytes or MAX_STATE_BYTES)
+        ).with_max_bytes(
+            self.config.max_state_bytes or MAX_STATE_BYTES, self._responder.redactor()
+        )
 
     @classmethod
     def from_state(
@@ -247,6 +249,10 @@ class LoopTracker:
         self._conversation.restore(
             state.seen, state.last_message, state.recent, state.task, state.user_seen
         )
+        # The state holds redacted text: read what is new the same way (judge/state.py).
+        redactor = self._responder.redactor()
+        if redactor is not None and state.redacted:
+            self._conversation.read_redacted(redacting_reader(redactor))
         self._suite.restore(state.detectors)
         self._stream.restore(state.stream)
         self._responder.restore(state.ladder, state.stats)
@@ -404,6 +410,7 @@ class LoopTracker:
             raise HistoryError("tool name must be a non-empty string", field="name")
         canonical, parsed = canonical_arguments("{}" if arguments is None else arguments)
         call = ToolCall(id=None, name=name, arguments=canonical, canonical=canonical, parsed=parsed)
+        call = self._conversation.scrubbed(call)
         findings = self._suite.preflight(call)
         loop = next((f for f in findings if f.score >= SINGLE_SCORE), None)
         if loop is None:

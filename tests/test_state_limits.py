@@ -191,7 +191,8 @@ def test_each_distinct_long_string_is_stored_once() -> None:
     assert len(whole) == 1, [s[:40] for s in whole]
     assert len(blob) < len(value) + 12_000
     again = LoopTracker.from_state(CONFIG, blob)
-    assert again.state == tracker.state
+    # restored from a redacted state, it reads redacted; otherwise the very same state
+    assert again.state.model_copy(update={"read_redacted": False}) == tracker.state
 
 
 def test_long_messages_and_arguments_are_bounded_but_compare_exactly() -> None:

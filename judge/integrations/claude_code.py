@@ -446,16 +446,19 @@ class HookSession:
 
             config = self._config if self._config is not None else TrackerConfig()
             self._config = config
-            saved = self._state.tracker
+            saved: TrackerState | dict[str, Any] | None = self._state.tracker
             if saved is None:
-                self._tracker = LoopTracker(config, telemetry=self._telemetry)
-            else:
-                try:
-                    self._tracker = LoopTracker.from_state(config, saved, telemetry=self._telemetry)
-                except (StateError, ValidationError):
-                    # From another loop-judge version: follow the session afresh.
-                    self._state = SessionState(transcript=self._state.transcript)
-                    self._tracker = LoopTracker(config, telemetry=self._telemetry)
+                # A new session continues from an empty tracker's state: it reads the
+                # conversation redacted from the first message on, as every later hook
+                # call's restore of it will (judge/state.py).
+                saved = LoopTracker(config, telemetry=self._telemetry).state.model_dump()
+            try:
+                self._tracker = LoopTracker.from_state(config, saved, telemetry=self._telemetry)
+            except (StateError, ValidationError):
+                # From another loop-judge version: follow the session afresh.
+                self._state = SessionState(transcript=self._state.transcript)
+                fresh = LoopTracker(config, telemetry=self._telemetry).state.model_dump()
+                self._tracker = LoopTracker.from_state(config, fresh, telemetry=self._telemetry)
         return self._tracker
 
     @property

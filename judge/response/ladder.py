@@ -30,12 +30,16 @@ Counting rules, chosen so the ladder is predictable and documented in one place:
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from enum import Enum
+from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, Field
 
 from judge.verdict import Action, LoopKind
+
+if TYPE_CHECKING:
+    from judge.llm.redaction import Redactor
 
 
 class ResponseMode(str, Enum):
@@ -173,6 +177,10 @@ class Step(BaseModel):
     )
 
 
+def _as_is(text: str) -> str:
+    return text
+
+
 # Labels listed as "approaches tried": enough to show a pattern, short enough for a prompt.
 TRIED_SHOWN = 5
 
@@ -180,9 +188,19 @@ TRIED_SHOWN = 5
 class Ladder:
     """Counts detections and overrides for one tracker; see the module docstring."""
 
-    def __init__(self, policy: LadderPolicy | None = None, state: LadderState | None = None):
+    def __init__(
+        self,
+        policy: LadderPolicy | None = None,
+        state: LadderState | None = None,
+        *,
+        redactor: Callable[[], Redactor | None] | None = None,
+    ):
         self.policy = policy or LadderPolicy()
         self.state = state or LadderState()
+        # The tracker's redactor (built on first use): an override record keeps the
+        # person's reason and the loop's pattern and label, which may quote a secret, and
+        # outlives the turn (tracker.overrides, the saved state).
+        self._redactor = redactor
 
     def reset(self) -> None:
         self.state = LadderState()
@@ -301,6 +319,16 @@ class Ladder:
             return True
         return entry.silenced_until is not None and self.state.turn <= entry.silenced_until
 
+    def _record_scrub(self) -> Callable[[str], str]:
+        """The saved state's scrubber (judge.state.redacted_by): it also redacts the pieces
+        of a secret it has seen whole, so a label clipped mid-secret is caught."""
+        redactor = self._redactor() if self._redactor is not None else None
+        if redactor is None:
+            return _as_is
+        from judge.state import redacted_by
+
+        return redacted_by(redactor)
+
     def override(self, pattern: str, reason: str, *, label: str | None = None) -> OverrideRecord:
         """A person says "keep going" about ``pattern``; friction grows with each one.
 
@@ -334,14 +362,16 @@ class Ladder:
                 f"turns; {left} more override(s) turn its detection off for the session "
                 f"({name})"
             )
+        clean = self._record_scrub()
+        pattern_text = clean(pattern)  # first: it holds the whole call, the label a clip
         record = OverrideRecord(
-            pattern=pattern,
-            reason=reason,
+            pattern=pattern_text,
+            reason=clean(reason),
             turn=self.state.turn,
             count=count,
             silenced_until=entry.silenced_until,
             disabled=entry.disabled,
-            message=message,
+            message=clean(message),
         )
         self.state.overrides.append(record)
         return record

@@ -115,7 +115,8 @@ class Responder:
                 overall_every=config.ladder_overall_every,
                 recovery_turns=config.recovery_turns,
                 silence_turns=config.override_silence_turns,
-            )
+            ),
+            redactor=self.redactor,
         )
         self.stats = TrackerStats()
         self.telemetry = telemetry if telemetry is not None else Telemetry.default()

@@ -47,8 +47,14 @@ class SessionData:
 
 
 def new_tracker(config: TrackerConfig, client: LLMClient | None = None) -> LoopTracker:
-    """A fresh tracker for a new session."""
-    return LoopTracker(config, client=client)
+    """A fresh tracker for a new session.
+
+    Continued from an empty tracker's state, so it reads the conversation as its saved
+    state will hold it (redacted) from the first message on, exactly as each later restore
+    of it will: the session's detection does not depend on where a turn was restored.
+    """
+    kwargs: dict[str, Any] = {} if client is None else {"client": client}
+    return LoopTracker.from_state(config, LoopTracker(config).state.model_dump(), **kwargs)
 
 
 def dump_tracker(tracker: LoopTracker) -> bytes:
