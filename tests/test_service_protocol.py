@@ -131,3 +131,12 @@ async def test_keep_alive_requests_under_the_deadline_are_served(port: int) -> N
 
     first, second = await asyncio.to_thread(two_requests)
     assert first.startswith(b"HTTP/1.1 200") and second.startswith(b"HTTP/1.1 200")
+
+
+def test_the_access_log_can_be_turned_off(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("LOOP_JUDGE_ACCESS_LOG", "false")
+    settings = ServerSettings(server_token=TOKEN)
+    assert settings.access_log is False
+    app = create_app(settings, MemoryStore(TrackerConfig()))
+    assert uvicorn_config(app, settings).access_log is False
+    assert uvicorn_config(app, ServerSettings(server_token=TOKEN, access_log=True)).access_log

@@ -75,6 +75,7 @@ def uvicorn_config(app: Any, settings: Any) -> Any:
         limit_concurrency=settings.max_connections,
         log_level="info",
         server_header=False,
+        access_log=settings.access_log,
     )
 
 
