@@ -425,6 +425,8 @@ class SidecarApp(FastAPI):
 
     They wrap the whole app rather than sit in its middleware stack, so a fast turn skips
     FastAPI's own layers too; everything else passes through them into FastAPI as usual.
+    A middleware added later with ``add_middleware`` therefore sees no fast turn: wrap
+    the app instead (``Middleware(app)``) if it must see every request.
     """
 
     front: ASGIApp | None = None
