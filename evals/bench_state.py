@@ -103,9 +103,15 @@ def recorded_figures() -> dict[str, Any]:
 CONFIG_RAW = TrackerConfig(semantic="off", redact_secrets=False)
 
 
-async def _sidecar_replay(history: list[Any], config: TrackerConfig) -> tuple[list[float], ...]:
-    """Per turn: seconds to save the state, and for the whole turn as a sidecar runs it."""
-    tracker = LoopTracker.from_state(config, LoopTracker(config).state.model_dump())
+async def _sidecar_replay(
+    history: list[Any], config: TrackerConfig, *, restore: bool = True
+) -> tuple[list[float], ...]:
+    """Per turn: seconds to save the state, and for the whole turn as a sidecar runs it
+    (``restore``; otherwise one tracker saved every turn and never restored)."""
+    if restore:
+        tracker = LoopTracker.from_state(config, LoopTracker(config).state.model_dump())
+    else:
+        tracker = LoopTracker(config)
     saves: list[float] = []
     turns: list[float] = []
     for end in assistant_turn_ends(history) or [len(history)]:
@@ -114,7 +120,8 @@ async def _sidecar_replay(history: list[Any], config: TrackerConfig) -> tuple[li
         saving = time.perf_counter()
         blob = tracker.state.model_dump_json()
         saved = time.perf_counter()
-        tracker = LoopTracker.from_state(config, blob)
+        if restore:
+            tracker = LoopTracker.from_state(config, blob)
         saves.append(saved - saving)
         turns.append(time.perf_counter() - started)
     return saves, turns
@@ -136,21 +143,30 @@ def redaction_cost_figures() -> dict[str, Any]:
     folders = [p for p in DATA.glob("recorded/*") if p.is_dir()] + [DATA / "handmade"]
     trajectories, _ = load_dataset(folders)
     times: dict[str, dict[str, list[float]]] = {
-        "on": {"save": [], "turn": []},
-        "off": {"save": [], "turn": []},
+        name: {"save": [], "turn": []} for name in ("on", "off", "library_on", "library_off")
     }
+    runs = (
+        ("on", CONFIG, True),
+        ("off", CONFIG_RAW, True),
+        ("library_on", CONFIG, False),
+        ("library_off", CONFIG_RAW, False),
+    )
     for trajectory in trajectories:
-        for name, config in (("on", CONFIG), ("off", CONFIG_RAW)):
-            saves, turns = anyio.run(lambda t=trajectory, c=config: _sidecar_replay(t.messages, c))
+        for name, config, restore in runs:
+            saves, turns = anyio.run(
+                lambda t=trajectory, c=config, r=restore: _sidecar_replay(t.messages, c, restore=r)
+            )
             times[name]["save"] += saves
             times[name]["turn"] += turns
     report: dict[str, Any] = {"trajectories": len(trajectories)}
     for name, kinds in times.items():
         report[name] = {kind: _percentiles(values) for kind, values in kinds.items()}
         report[name]["turns"] = len(kinds["save"])
-    for kind in ("save", "turn"):
-        on, off = report["on"][kind]["median_ms"], report["off"][kind]["median_ms"]
-        report[f"{kind}_median_ratio"] = round(on / off, 2) if off else None
+    for prefix in ("", "library_"):
+        for kind in ("save", "turn"):
+            on = report[f"{prefix}on"][kind]["median_ms"]
+            off = report[f"{prefix}off"][kind]["median_ms"]
+            report[f"{prefix}{kind}_median_ratio"] = round(on / off, 2) if off else None
     return report
 
 
@@ -162,6 +178,13 @@ def _print_redaction_cost(c: dict[str, Any]) -> None:
         f"redaction, {off['save']['median_ms']} / {off['save']['p95_ms']} ms without "
         f"(x{c['save_median_ratio']}); whole turn median {on['turn']['median_ms']} ms vs "
         f"{off['turn']['median_ms']} ms (x{c['turn_median_ratio']})"
+    )
+    lib_on, lib_off = c["library_on"], c["library_off"]
+    print(
+        f"  a tracker saved every turn, never restored: save median "
+        f"{lib_on['save']['median_ms']} ms / p95 {lib_on['save']['p95_ms']} ms with "
+        f"redaction, {lib_off['save']['median_ms']} / {lib_off['save']['p95_ms']} ms "
+        f"without (x{c['library_save_median_ratio']})"
     )
 
 
