@@ -4,7 +4,7 @@ It lets a service keep trackers in Redis and serve one session from several repl
 ``LoopTracker.from_state(config, tracker.state)`` continues exactly where the tracker
 stopped. Detector state is encoded by `judge._codec` (tagged JSON); the rest are plain
 fields. The state quotes the conversation (recent messages, the looping call's
-arguments): store it like the conversation itself.
+arguments), redacted unless ``redact_secrets`` is off.
 
 Serialized (``model_dump``, ``model_dump_json``), each distinct long string is stored once
 in a ``strings`` table (`judge._codec.compact`) and the whole is held under a byte cap
@@ -13,8 +13,12 @@ window hold, not that times the number of places that quote it (issue 12, defect
 
 With the tracker's redactor (``redact_secrets``, the default) every string of the state,
 whichever part kept it, is redacted as it enters the string table (`redacted_by`): a saved
-state holds no secret the judge's prompt would not show. Each distinct string is redacted
-once in its life, not on every save (a sidecar saves every turn).
+state holds no secret the judge's prompt would not show. Each distinct string meets the
+rules once in its life, not on every save (a sidecar saves every turn). A tracker restored
+from a redacted state reads what is new the same way (`redacting_reader`), so its
+detectors compare redacted text with redacted text and find what they would have found
+without the restore; its own saves then redact only the streamed text, the one part it
+still reads raw.
 """
 
 from __future__ import annotations
