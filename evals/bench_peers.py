@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import time
 from collections.abc import Callable, Sequence
@@ -157,33 +158,44 @@ async def replay(runs: list[list[dict[str, Any]]], semantic: str) -> dict[str, l
     return out
 
 
-def _p99(values: list[float]) -> float:
-    return statistics.quantiles(values, n=100)[98]
+def _percentile(values: list[float], percent: int) -> float:
+    return statistics.quantiles(values, n=100)[percent - 1]
 
 
 def report(label: str, passes: list[dict[str, list[float]]]) -> dict[str, Any]:
-    """Print the median and p99 per turn of each detector (median over passes)."""
+    """Print the median, p90 and p99 per turn of each detector (median over passes) and
+    the medians' ratios to the two baselines."""
     names = list(passes[0])
     turns = len(passes[0][names[0]])
     print(f"\n{label}: {turns} turns per pass, {len(passes)} passes, us per turn_started")
     print(
-        f"{'detector':>18} {'median':>9} {'p99':>9} {'mean':>9} {'x gemini':>9} {'x openhands':>12}"
+        f"{'detector':>18} {'median':>9} {'p90':>9} {'p99':>9} {'mean':>9} "
+        f"{'x gemini':>9} {'x openhands':>12}"
     )
     rows: dict[str, dict[str, float]] = {}
     for name in names:
         rows[name] = {
             "median": statistics.median(statistics.median(p[name]) for p in passes),
-            "p99": statistics.median(_p99(p[name]) for p in passes),
+            "p90": statistics.median(_percentile(p[name], 90) for p in passes),
+            "p99": statistics.median(_percentile(p[name], 99) for p in passes),
             "mean": statistics.median(statistics.fmean(p[name]) for p in passes),
         }
     for name, row in rows.items():
-        g = row["median"] / rows["gemini-style"]["median"]
-        o = row["median"] / rows["openhands-style"]["median"]
+        row["x_gemini"] = row["median"] / rows["gemini-style"]["median"]
+        row["x_openhands"] = row["median"] / rows["openhands-style"]["median"]
         print(
-            f"{name:>18} {row['median']:>9.1f} {row['p99']:>9.1f} {row['mean']:>9.1f} "
-            f"{g:>9.1f} {o:>12.2f}"
+            f"{name:>18} {row['median']:>9.1f} {row['p90']:>9.1f} {row['p99']:>9.1f} "
+            f"{row['mean']:>9.1f} {row['x_gemini']:>9.1f} {row['x_openhands']:>12.2f}"
         )
     return {"label": label, "turns": turns, "rows": rows}
+
+
+def _load() -> str:
+    """The machine's 1, 5 and 15 minute load averages: the figures mean little without."""
+    try:
+        return " ".join(f"{x:.2f}" for x in os.getloadavg())
+    except OSError:
+        return "unknown"
 
 
 def main() -> None:
@@ -193,6 +205,10 @@ def main() -> None:
     parser.add_argument("--json", type=Path, help="write the figures here too")
     args = parser.parse_args()
     runs = load_runs()
+    import judge
+
+    # Which checkout is measured (PYTHONPATH may point at another, to compare two commits).
+    print(f"judge from {Path(judge.__file__).parent}; load average {_load()}")
     print(f"{len(runs)} recorded runs, {sum(map(len, runs)):,} messages")
     results = [
         report("heuristics only", [anyio.run(replay, runs, "off") for _ in range(args.passes)])

@@ -275,35 +275,67 @@ class LoopTracker:
         Raises `HistoryError` for a malformed history (a bug in the caller); never raises
         for a judge failure or an ``on_loop`` callback's, which are reported on the verdict.
         """
-        verdict = await self._turn(history)
+        lock = self._lock
+        if lock.locked():
+            # Another turn is awaiting the judge: this one waits, then runs whole.
+            async with lock:
+                verdict = await self._turn(history)
+        else:
+            # The usual case. The heuristics never yield to the event loop, so no other turn
+            # can begin before they are done: the lock (a few microseconds, more than the
+            # rest of a quiet turn) is taken only when the judge must be awaited.
+            found = self._heuristics(history)
+            if found.loop is None and not self._check_due(found):
+                return self._responder.all_clear(self.turn, found.suspicion)
+            if found.loop is not None:
+                verdict = self._loop_verdict(found.loop)
+            else:
+                async with lock:
+                    verdict = await self._judged(found)
         # Outside the lock: the on_loop callback may take its time, or call override().
         return await self._responder.settle(verdict)
 
     async def _turn(self, history: Any) -> Verdict:
-        async with self._lock:
-            self._ingest(history)
-            self._schedule.tick()
-            self._responder.begin_turn()
-            self._stream.reset()
-            found = self._responder.decide(self._suite.findings())
-            if found.loop is not None:
-                self._answered()
-                return self._heuristic_verdict(found.loop)
-            suspicion = found.suspicion
-            early = self.config.early_checks and suspicion >= SUSPICION_SCORE
-            if self._judge is None or not self._schedule.due(early=early):
-                return Verdict(turn=self.turn, suspicion=suspicion)
-            window = self._fresh_window()
-            if window is None:
-                return Verdict(turn=self.turn, suspicion=suspicion)
-            skipped = self._check_skipped()
-            if skipped is not None:
-                return Verdict(turn=self.turn, suspicion=suspicion, errors=[skipped])
-            outcome = await self._run_check(window)
-            verdict = self._judge_verdict(outcome, found)
-            if verdict.looping:
-                self._answered()
-            return verdict
+        found = self._heuristics(history)
+        if found.loop is not None:
+            return self._loop_verdict(found.loop)
+        if not self._check_due(found):
+            return Verdict.all_clear(self.turn, found.suspicion)
+        return await self._judged(found)
+
+    def _heuristics(self, history: Any) -> Assessment:
+        """Read the new messages, count the turn and combine the detectors' findings."""
+        self._ingest(history)
+        self._schedule.tick()
+        self._responder.begin_turn()
+        self._stream.reset()
+        return self._responder.decide(self._suite.findings())
+
+    def _check_due(self, found: Assessment) -> bool:
+        """Whether the judge is to be asked this turn (nothing flagged it yet)."""
+        if self._judge is None:
+            return False
+        early = self.config.early_checks and found.suspicion >= SUSPICION_SCORE
+        return self._schedule.due(early=early)
+
+    def _loop_verdict(self, finding: Finding) -> Verdict:
+        self._answered()
+        return self._heuristic_verdict(finding)
+
+    async def _judged(self, found: Assessment) -> Verdict:
+        """The turn's verdict when a check is due: the judge's, or why it was not asked."""
+        suspicion = found.suspicion
+        window = self._fresh_window()
+        if window is None:
+            return Verdict.all_clear(self.turn, suspicion)
+        skipped = self._check_skipped()
+        if skipped is not None:
+            return Verdict(turn=self.turn, suspicion=suspicion, errors=[skipped])
+        outcome = await self._run_check(window)
+        verdict = self._judge_verdict(outcome, found)
+        if verdict.looping:
+            self._answered()
+        return verdict
 
     def _ingest(self, history: Any) -> None:
         reading = self._conversation.read(history)

@@ -103,6 +103,22 @@ class Verdict(BaseModel):
     turn: int = 0
     suspicion: float = Field(default=0.0, description="highest heuristic score this turn")
 
+    @classmethod
+    def all_clear(cls, turn: int, suspicion: float = 0.0) -> Verdict:
+        """``Verdict(turn=turn, suspicion=suspicion)``, the answer of nearly every turn,
+        built from a validated template instead of validated again: validation costs more
+        than the rest of a quiet turn. Equal to the validated one in every field, fields
+        set included, with lists of its own (tested)."""
+        verdict = cls.__new__(cls)
+        fields = dict(_CLEAR_FIELDS)
+        fields["turn"], fields["suspicion"] = int(turn), float(suspicion)
+        fields["evidence"], fields["judge_calls"], fields["errors"] = [], [], []
+        _set_attribute(verdict, "__dict__", fields)
+        _set_attribute(verdict, "__pydantic_fields_set__", {"turn", "suspicion"})
+        _set_attribute(verdict, "__pydantic_extra__", None)
+        _set_attribute(verdict, "__pydantic_private__", None)
+        return verdict
+
     @field_validator("source")
     @classmethod
     def _source_shape(cls, value: str | None) -> str | None:
@@ -129,3 +145,9 @@ class Verdict(BaseModel):
 
     def __bool__(self) -> bool:
         return self.looping
+
+
+# The fields of a validated all-clear verdict, copied by `Verdict.all_clear`; object's own
+# __setattr__ sets what the frozen model's refuses, as pydantic's model_construct does.
+_CLEAR_FIELDS: dict[str, object] = dict(Verdict().__dict__)
+_set_attribute = object.__setattr__

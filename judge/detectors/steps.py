@@ -53,10 +53,13 @@ def _without_arguments(text: str, call: ToolCall) -> str:
     Errors echo their input ("file ./data.csv not found"), which would make every variant
     of a retried call fail "differently".
     """
-    values = call.parsed.values() if isinstance(call.parsed, dict) else ()
-    for value in sorted((v.strip() for v in values if isinstance(v, str)), key=len, reverse=True):
-        if len(value) >= _MIN_ECHO_CHARS:
-            text = text.replace(value, "<arg>")
+    if not isinstance(call.parsed, dict):
+        return text
+    stripped = (v.strip() for v in call.parsed.values() if isinstance(v, str))
+    values = [v for v in stripped if len(v) >= _MIN_ECHO_CHARS]
+    values.sort(key=len, reverse=True)  # the longest first: a value may hold a shorter one
+    for value in values:
+        text = text.replace(value, "<arg>")
     return text
 
 

@@ -151,20 +151,24 @@ class DetectorSuite:
         self._last_step_at = now
 
     def _observe(self, event: Event, detectors: Sequence[Detector]) -> None:
+        findings = self._findings
         for detector in detectors:
             found = detector.observe(event)
-            if found is None:
-                self._findings.pop(detector.name, None)
-            else:
-                self._findings[detector.name] = found
+            if found is not None:
+                findings[detector.name] = found
+            elif findings:  # usually empty: no lookup to make
+                findings.pop(detector.name, None)
 
     def feed(self, msg: Message) -> None:
         # Most detectors look at call steps only; sparing them every message halves the
         # calls per turn.
-        self._observe(msg, self._message_detectors)
-        for step in self._steps.feed(msg):
-            self._expire()
-            self._observe(step, self.detectors)
+        if self._message_detectors:
+            self._observe(msg, self._message_detectors)
+        steps = self._steps.feed(msg)
+        if steps:
+            for step in steps:
+                self._expire()
+                self._observe(step, self.detectors)
 
     def preflight(self, call: ToolCall) -> list[Finding]:
         """What each detector that can tell (`Preflight`) says ``call`` would bring."""

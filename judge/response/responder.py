@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any, TypeAlias
 
 from judge.config import TrackerConfig
 from judge.detectors.base import LOOP_SCORE, SUSPICION_CAP, Finding, short
-from judge.detectors.suite import SINGLE_SCORE, Assessment, combine
+from judge.detectors.suite import NOTHING_FOUND, SINGLE_SCORE, Assessment, combine
 from judge.history import Message
 from judge.llm.pair import JudgeOutcome
 from judge.response.ladder import LLM_PATTERN, Ladder, LadderPolicy, LadderState, OverrideRecord
@@ -154,7 +154,10 @@ class Responder:
         with ``memory_lowers_threshold`` flags one repeat early. What is left is combined by
         `combine` (one detector at its threshold, two strong signals, or enough weight).
         """
-        self._shown_suspicion = max((f.score for f in findings), default=0.0)
+        if not findings:
+            self._shown_suspicion = 0.0
+            return NOTHING_FOUND
+        self._shown_suspicion = max(f.score for f in findings)
         active = [
             self._boost(finding)
             for finding in findings
@@ -173,6 +176,16 @@ class Responder:
         if finding.score < SUSPICION_CAP:
             return dataclasses.replace(finding, score=SUSPICION_CAP)
         return finding
+
+    def all_clear(self, turn: int, suspicion: float) -> Verdict:
+        """`settle` for a turn that flagged nothing and asked no judge (most turns), without
+        the coroutine: such a verdict carries no text to redact, no callback, nothing to log,
+        so only the recoveries and the suspicion shown remain."""
+        verdict = Verdict.all_clear(turn, max(suspicion, self._shown_suspicion))
+        for pattern in self.ladder.end_turn():
+            self.stats.recoveries_succeeded += 1
+            verdict = self._remember_recovery(verdict, pattern, succeeded=True)
+        return verdict
 
     async def settle(self, verdict: Verdict) -> Verdict:
         """End of a turn: redaction, recoveries, the callback, stats, telemetry and logs."""
