@@ -161,7 +161,7 @@ async def test_sdk_providers_keep_litellm_defaults() -> None:
     fail on one); every httpx provider gets litellm's handler, closed after the call."""
     from litellm.llms.custom_httpx.http_handler import AsyncHTTPHandler
 
-    for provider in (*SDK_PROVIDERS, "groq"):
+    for provider in (*SDK_PROVIDERS, "groq", "veniceai"):
         assert judge_client(provider, api_base=None, api_key="k", timeout=5.0) is None
     for provider in ("anthropic", "gemini", "vertex_ai", "ollama"):
         guarded = judge_client(provider, api_base=None, api_key="k", timeout=5.0)

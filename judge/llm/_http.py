@@ -59,7 +59,28 @@ OPENAI_SDK_PROVIDERS = frozenset({"openai"})
 # for their endpoint, ``AsyncAzureOpenAI``): handed litellm's ``AsyncHTTPHandler`` they
 # would fail, so they keep litellm's defaults. Every other provider goes over
 # ``AsyncHTTPHandler`` (litellm.llms.custom_httpx), which takes ours.
-SDK_PROVIDERS = frozenset({"azure", "azure_text", "text-completion-openai", "custom_openai"})
+# (litellm 1.106's main.py: the dispatchers that take ``_dispatch_client_openai`` or
+# ``_dispatch_client_azure``, and its OpenAI-compatible branch.)
+SDK_PROVIDERS = frozenset(
+    {
+        "azure",
+        "azure_text",
+        "text-completion-openai",
+        "text-completion-inception",
+        "custom_openai",
+        "deepinfra",
+        "perplexity",
+        "nvidia_nim",
+        "cerebras",
+        "baseten",
+        "sambanova",
+        "volcengine",
+        "anyscale",
+        "nebius",
+        "wandb",
+        "clarifai",
+    }
+)
 
 
 class ReplyTooLarge(Exception):
@@ -241,7 +262,13 @@ def _sdk_provider(provider: str | None) -> bool:
     import litellm
 
     compatible: list[str] = getattr(litellm, "openai_compatible_providers", [])
-    return provider in compatible
+    if provider in compatible:
+        return True
+    try:  # providers configured by litellm's JSON files, also called through the SDK
+        from litellm.llms.openai_like.json_loader import JSONProviderRegistry
+    except ImportError:
+        return False
+    return provider is not None and bool(JSONProviderRegistry.exists(provider))
 
 
 def _handler_client(timeout: float) -> JudgeHTTP:
