@@ -27,6 +27,7 @@ from tests.serving import (
     failing_repeat_history,
     prefixes,
     redis_server,
+    tool_turn,
     unique_prefix,
 )
 
@@ -159,3 +160,44 @@ async def test_redis_sessions_are_stored_compressed(redis_url: str) -> None:
         await tracker.turn_started(h)
     assert len(plain) > len(dump_tracker(tracker))  # the state, plus length and tail
     assert len(stored) < len(plain) / 3
+
+
+SECRET = "DB_PASSWORD=hunter2hunter2-7Qx"
+
+
+def secret_history(n_turns: int) -> list[dict[str, Any]]:
+    """A loop whose every result, so every stored tail, carries a password."""
+    history: list[dict[str, Any]] = [
+        {"role": "system", "content": "You are a coding agent."},
+        {"role": "user", "content": "Deploy the service."},
+    ]
+    for i in range(n_turns):
+        history += tool_turn(i, "run_deploy", {"env": "prod"}, f"failed: {SECRET} rejected")
+    return history
+
+
+async def test_stored_sessions_hold_no_secret_and_appends_still_fit(redis_url: str) -> None:
+    # The append API keeps the history's last entry next to the state: it is redacted like
+    # the state, and the next append still continues from it (no 409, no re-read).
+    prefix = unique_prefix()
+    apps = [redis_app(redis_url, prefix), redis_app(redis_url, prefix)]
+    history = secret_history(N_TURNS)
+    tracker = LoopTracker(TrackerConfig())
+    expected = [await tracker.turn_started(h) for h in prefixes(history, N_TURNS)]
+    got = []
+    try:
+        async with client_for(apps[0]) as first, client_for(apps[1]) as second:
+            for i, body in enumerate(appends(history, N_TURNS)):
+                r = await (first, second)[i % 2].post("/v1/sessions/s/turns", json=body)
+                assert r.status_code == 200, r.text
+                got.append(Verdict.model_validate(r.json()))
+        stored = await apps[0].state.store._redis.hget(f"{prefix}{{default/s}}:session", "data")
+    finally:
+        for app in apps:
+            await app.state.store.aclose()
+    assert [bool(v) for v in got] == [bool(v) for v in expected]
+    assert [v.kind for v in got] == [v.kind for v in expected]
+    assert any(got)
+    plain = zlib.decompress(stored[len(SESSION_FORMAT) :]).decode()
+    assert "hunter2hunter2" not in plain
+    assert '"tail":{' in plain  # the tail is kept, redacted, not dropped

@@ -2,10 +2,10 @@
 
 A session is the tracker's serializable state (`judge.state.TrackerState`) plus the
 server's own bookkeeping for the append API: how long the agent's history was at the last
-turn and its last entry, as the agent sent it. Stored as zlib-compressed JSON (level 1:
-~0.1 ms for a 30 kB state, a fifth of the bytes) behind a format tag; no pickle, so
-whoever can write to the store cannot run code in the server, and the decompressed size
-is capped, so a planted value cannot exhaust memory either.
+turn and its last entry (redacted as the state is, `stored_tail`). Stored as
+zlib-compressed JSON (level 1: ~0.1 ms for a 30 kB state, a fifth of the bytes) behind a
+format tag; no pickle, so whoever can write to the store cannot run code in the server,
+and the decompressed size is capped, so a planted value cannot exhaust memory either.
 """
 
 from __future__ import annotations
@@ -20,7 +20,8 @@ from pydantic import ValidationError
 from judge.config import TrackerConfig
 from judge.errors import StateError
 from judge.llm._litellm import LLMClient
-from judge.state import TrackerState
+from judge.llm.redaction import redactor_for
+from judge.state import TrackerState, redacting_reader
 from judge.tracker import LoopTracker
 
 # Leads every stored session of this format; anything else is another version's.
@@ -43,7 +44,7 @@ class SessionData:
 
     tracker: LoopTracker
     length: int = 0  # messages in the agent's history at the last turn
-    tail: Any = None  # that history's last entry, as sent (None when it was empty)
+    tail: Any = None  # that history's last entry, redacted (None when it was empty)
 
 
 def new_tracker(config: TrackerConfig, client: LLMClient | None = None) -> LoopTracker:
@@ -78,6 +79,20 @@ def _from_state(
 ) -> LoopTracker:
     kwargs: dict[str, Any] = {} if client is None else {"client": client}
     return LoopTracker.from_state(config, state, **kwargs)
+
+
+def stored_tail(tracker: LoopTracker, entry: Any) -> Any:
+    """The history's last entry as the session keeps it: redacted the way the tracker's
+    saved state is, so the store holds no secret the state does not.
+
+    The next append hands this copy back to the tracker as the message before the new
+    ones; a session's tracker reads every message redacted (`new_tracker`), and redacting
+    twice changes nothing, so the copy still matches the message it stands for.
+    """
+    redactor = redactor_for(
+        enabled=tracker.config.redact_secrets, patterns=tracker.config.redact_patterns
+    )
+    return entry if redactor is None else redacting_reader(redactor)(entry)
 
 
 def dump_session(tracker: LoopTracker, length: int, tail: Any) -> bytes:

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any, overload
 
 from judge.errors import LoopJudgeError
-from judge.service.state import SessionData, dump_session
+from judge.service.state import SessionData, dump_session, stored_tail
 from judge.service.store import Session
 from judge.verdict import Verdict
 
@@ -94,7 +94,7 @@ async def run_turn(session: Session, history: Sequence[Any], serialize: bool) ->
     after it (the verdict's JSON, the session's bytes when the store keeps bytes)."""
     verdict = await session.tracker.turn_started(history)
     session.length = len(history)
-    session.tail = history[-1] if len(history) else None
+    session.tail = stored_tail(session.tracker, history[-1]) if len(history) else None
     if serialize:
         session.blob = dump_session(session.tracker, session.length, session.tail)
     return TurnOutcome(verdict, verdict.model_dump_json().encode("utf-8"))
