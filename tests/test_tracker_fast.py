@@ -11,7 +11,7 @@ import pytest
 from pydantic import ValidationError
 
 from judge import LoopTracker, TrackerConfig, Verdict
-from tests.fakes import Agent
+from tests.fakes import Agent, replay_turns
 
 pytestmark = pytest.mark.anyio
 
@@ -98,3 +98,32 @@ async def test_a_turn_waits_while_another_awaits_the_judge() -> None:
         assert tracker.turn == 0 and not done  # waiting, nothing read yet
         tracker._lock.release()
     assert tracker.turn == 1 and done and not done[0]
+
+
+async def test_a_text_seen_in_a_recent_verdict_is_redacted_once() -> None:
+    # A heuristic verdict's analysis repeats its summary, and a relapse brings the pattern
+    # back: each distinct text goes through the redactor once, with the same result.
+    config = TrackerConfig(fast_model=None, confirm_model=None, semantic="off")
+    tracker = LoopTracker(config)
+    redactor = tracker._responder.redactor()
+    assert redactor is not None
+    seen: list[str] = []
+    secret = "sk-proj-" + "a1B2c3D4" * 6
+
+    class Counting:
+        def redact(self, text: str) -> str:
+            seen.append(text)
+            assert redactor is not None
+            return redactor.redact(text)
+
+    tracker._responder._redactor = Counting()  # type: ignore[assignment]
+    agent = Agent(task="Deploy", system="You are an agent.", first_call=0)
+    for _ in range(12):
+        agent.call("deploy", {"key": secret}, "Error: denied", text="again")
+    loops = [v for v in await replay_turns(tracker, agent.history) if v]
+    assert len(loops) >= 2
+    assert len(seen) == len(set(seen))  # never the same text twice
+    for verdict in loops:
+        texts = (verdict.summary, verdict.analysis, verdict.pattern, verdict.recovery_message)
+        assert all(t and secret not in t and "[REDACTED" in t for t in texts)
+        assert verdict.pattern == redactor.redact(verdict.pattern or "")

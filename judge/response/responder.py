@@ -48,6 +48,11 @@ verdict_logger = logging.getLogger(VERDICT_LOGGER)
 _LOUD_ACTIONS = frozenset({Action.STOP, Action.ASK_USER})
 # Redacted patterns remembered for override(): a session flags a handful, this is plenty.
 PUBLIC_PATTERNS_KEPT = 256
+# Verdict texts whose redaction is remembered: a loop's pattern and summary come back at
+# each relapse, and a heuristic verdict's analysis repeats its summary; redacting one costs
+# about 100 us whatever its length (every rule's triggers are looked for). A session has a
+# handful of loops, each with five texts: 64 covers them.
+REDACTED_KEPT = 64
 # Characters of a verdict's summary in its log line.
 LOG_SUMMARY_CHARS = 200
 _tracker_numbers = itertools.count(1)
@@ -130,6 +135,8 @@ class Responder:
         self._redactor_ready = False
         # Redacted pattern -> the ladder's own, so override(verdict) still finds its loop.
         self._patterns: OrderedDict[str, str] = OrderedDict()
+        # Text -> its redaction, for the texts of recent verdicts (REDACTED_KEPT).
+        self._redacted: OrderedDict[str, str] = OrderedDict()
 
     def reset(self) -> None:
         """A new conversation: the ladder and overrides start afresh; stats go on."""
@@ -236,7 +243,7 @@ class Responder:
         redactor = self.redactor()
         if redactor is None:
             return verdict
-        clean = redactor.redact
+        clean = self._remembered(redactor.redact)
 
         def opt(text: str | None) -> str | None:
             return clean(text) if text else text
@@ -258,6 +265,23 @@ class Responder:
                     self._patterns.popitem(last=False)
             update["pattern"] = public
         return verdict.model_copy(update=update)
+
+    def _remembered(self, redact: Callable[[str], str]) -> Callable[[str], str]:
+        """``redact`` answering a text seen in a recent verdict from memory (the redactor is
+        the tracker's, fixed for its life, so the answer would be the same)."""
+        memory = self._redacted
+
+        def clean(text: str) -> str:
+            done = memory.get(text)
+            if done is None:
+                done = memory[text] = redact(text)
+                if len(memory) > REDACTED_KEPT:
+                    memory.popitem(last=False)
+            else:
+                memory.move_to_end(text)
+            return done
+
+        return clean
 
     @staticmethod
     def _clean_call(call: JudgeCall, clean: Callable[[str], str]) -> JudgeCall:
