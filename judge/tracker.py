@@ -207,9 +207,7 @@ class LoopTracker:
             breaker=self._breaker.snapshot(),
             judge_calls_used=calls_used,
             judge_tokens_used=tokens_used,
-        ).with_max_bytes(
-            self.config.max_state_bytes or MAX_STATE_BYTES, self._responder.redactor()
-        )
+        ).with_max_bytes(self.config.max_state_bytes or MAX_STATE_BYTES, self._responder.redactor())
 
     @classmethod
     def from_state(
