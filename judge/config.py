@@ -77,6 +77,7 @@ OTHER_VARIABLES = frozenset(
         "keep_alive_s",
         "max_connections",
         "hook_state_dir",
+        "access_log",
     )
 )
 # A suggestion is offered only for names this alike (difflib's ratio, prefix left out):

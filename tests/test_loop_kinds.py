@@ -358,3 +358,20 @@ def test_user_requested_rereads_are_not_a_loop() -> None:
         agent.call("read_file", {"path": "status/report.md"}, "# Nightly report\nall 14 jobs green")
         agent.user(f"Thanks. Read it out again in a minute, please ({i}).")
     assert first_flag(replay(agent)) is None
+
+
+def test_a_new_question_from_the_user_starts_returns_over() -> None:
+    # The same pages read again for the user's next question are a new stretch of work;
+    # read again with no one asking, they are returns to content already read.
+    def pages_twice(question: str | None) -> Agent:
+        agent = Agent()
+        for page in range(1, 6):
+            agent.call("read_page", {"page": page}, f"page {page}: entry {page * 17}")
+        if question is not None:
+            agent.messages.append({"role": "user", "content": question})
+        for page in (3, 1, 4, 2, 5):  # another order: no cycle, only returns
+            agent.call("read_page", {"page": page}, f"page {page}: entry {page * 17}")
+        return agent
+
+    assert first_flag(replay(pages_twice("And what about order 9, please?"))) is None
+    assert first_flag(replay(pages_twice(None))) is not None

@@ -164,7 +164,11 @@ class RevisitDetector:
     def observe(self, event: Event) -> Finding | None:
         if isinstance(event, Message):
             if event.role == "user" and not (is_observation(event) or is_recovery(event)):
+                # A person's words start a new stretch: reading the same pages again for a
+                # new question is not a return to content this stretch already read.
                 self._run = None
+                self._window.clear()
+                self._latest.clear()
             return self._current
         ok = event.outcome is Outcome.OK
         target = read_target(event) if ok else None
