@@ -6,7 +6,7 @@ import pytest
 
 from judge import LoopKind, TrackerConfig
 from judge.detectors.base import SUSPICION_CAP
-from judge.detectors.semantic_repeat import request_text
+from judge.detectors.semantic_repeat import request_text, result_place
 from judge.detectors.steps import StepBuilder
 from judge.detectors.suite import default_detectors
 from judge.history import normalize_history
@@ -24,6 +24,9 @@ REPHRASED = [
     "Go to the Mariano's site and find the prices of ready made salads.",
     "Check Mariano's website once more for the cost of their ready-to-eat salads.",
 ]
+MARIANOS = "https://www.marianos.com/d/deli"
+ARXIV = "http://export.arxiv.org/abs/2103.07786"
+PDF = "http://export.arxiv.org/pdf/2103.07786"
 
 
 def test_similar_meaning_is_similar_vector() -> None:
@@ -51,6 +54,74 @@ def test_one_rephrasing_short_of_the_loop_asks_the_judge() -> None:
     verdicts = replay(agent, semantic="on")
     assert [v.suspicion >= SUSPICION_CAP for v in verdicts] == [False, False, True]
     assert first_flag(verdicts) is None
+
+
+# One sub-goal walked step by step, the long goal restated each time (ww-magentic-20's
+# shape): the four requests embed at cosine >= 0.93 with each other.
+PAPER = "the paper titled 'Multiwavelength observations of Fast Radio Bursts'"
+WALK = [
+    f"Please search for {PAPER} on Arxiv and find the time span of its X-ray time profile.",
+    f"Please open the full text of {PAPER} on Arxiv and find the time span of its X-ray "
+    "time profile.",
+    f"Please open the PDF version of {PAPER} on Arxiv and find the time span of its X-ray "
+    "time profile.",
+    f"Please search through the PDF of {PAPER} for the X-ray time profile diagram and find "
+    "its time span.",
+]
+SEARCH = "https://www.bing.com/search?q=multiwavelength+fast+radio+bursts&form=QBLH"
+
+
+def screenshot(action: str, url: str) -> str:
+    """A WebSurfer result: what it did, then the page it is on."""
+    return f"I {action}.\n\nHere is a screenshot of [page]({url}). The viewport shows 76%."
+
+
+def test_a_walk_through_one_sub_goal_is_not_a_loop() -> None:
+    # search -> abstract -> PDF -> search in the PDF: every ask reached a new page
+    agent = Agent()
+    agent.call("WebSurfer", {"request": WALK[0]}, screenshot("typed the title", SEARCH))
+    agent.call("WebSurfer", {"request": WALK[1]}, screenshot("clicked the title", ARXIV))
+    agent.call("WebSurfer", {"request": WALK[2]}, screenshot("clicked 'PDF'", PDF))
+    agent.call("WebSurfer", {"request": WALK[3]}, "Nothing to summarize.")
+    verdicts = replay(agent, semantic="on")
+    assert first_flag(verdicts) is None
+    # still the judge's early look: the goal was asked four times
+    assert verdicts[3].suspicion >= SUSPICION_CAP
+
+
+def test_a_rephrased_request_that_reaches_no_new_page_is_still_a_loop() -> None:
+    # the sub-agent stays on the page it reached first: the re-asks got nowhere new
+    agent = Agent()
+    for i, request in enumerate(REPHRASED):
+        agent.call("WebSurfer", {"request": request}, screenshot(f"scrolled {i}", MARIANOS))
+    assert first_flag(replay(agent, semantic="on")) == 4
+
+
+def test_a_walk_that_goes_back_to_a_page_it_reached_is_a_loop() -> None:
+    # three new pages, then the fourth ask lands on the first again (a new query on the
+    # same search page is no new page either)
+    agent = Agent()
+    agent.call("WebSurfer", {"request": WALK[0]}, screenshot("typed the title", SEARCH))
+    agent.call("WebSurfer", {"request": WALK[1]}, screenshot("clicked the title", ARXIV))
+    agent.call("WebSurfer", {"request": WALK[2]}, screenshot("clicked 'PDF'", PDF))
+    again = SEARCH.replace("multiwavelength", "X-ray+time+profile")
+    agent.call("WebSurfer", {"request": WALK[3]}, screenshot("typed the diagram", again))
+    verdicts = replay(agent, semantic="on")
+    assert first_flag(verdicts) == 4
+    assert verdicts[3].source == "heuristic:semantic_repeat"
+
+
+def test_result_place_is_the_page_reached() -> None:
+    # the landed page, not the address typed; without query or fragment
+    typed = "I typed 'https://www.traderjoes.com/' into the address bar.\n\n"
+    assert result_place(
+        typed + screenshot("landed", "https://www.traderjoes.com/home?x=1#top")
+    ) == ("https://www.traderjoes.com/home")
+    assert result_place("Address: file:///workspace/paper.pdf\nTitle: Error 404") == (
+        "file:///workspace/paper.pdf"
+    )
+    assert result_place("Nothing to summarize.") is None
+    assert result_place(None) is None
 
 
 def test_different_requests_and_enumerations_are_progress() -> None:

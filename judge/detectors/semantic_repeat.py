@@ -6,6 +6,20 @@ literal similarity cannot tell that from a productive run. Sentence embeddings c
 the Magentic-One runs of the dev split, three earlier same-tool requests at cosine >= 0.9
 within the last five flagged 11 of 14 loops and 2 of 13 productive runs, where the best
 string similarity we tried (token-set ratio) could not separate them at all.
+
+A walk is not a loop, though. An orchestrator working through one sub-goal restates its
+long goal in every step ("search for the paper titled X", "open the full text of X", "open
+the PDF of X", "search through the PDF of X"), and those embed as alike as any rephrasing.
+What tells them apart is where the sub-agent got to: a re-delegation comes back because the
+earlier asks got nowhere new (the same page again, a page already seen, no page at all),
+while each step of a walk reaches a page the sub-agent had not been on. So the same request
+asked a fourth time is no loop when every earlier ask reached a new page and this one did
+not go back to a page already reached. Measured on the 27 Magentic-One runs of the dev
+split: it clears the one walk among the flags (ww-magentic-20, search -> abstract -> PDF,
+flagged before its onset; now caught at its FileSurfer loop), and every other first flag
+stays where it was, each group holding a page reached twice or an ask that reached none.
+ww-magentic-30's early flag stays: its re-searches landed on the same Zillow page twice,
+the shape of ww-magentic-56's labelled loop (the same search on ever another site).
 """
 
 from __future__ import annotations
@@ -39,6 +53,11 @@ MIN_WORD_SHARE = 0.75
 MAX_LINES = 6
 MAX_CHARS = 1000
 
+# Where a result says the sub-agent is: a markdown link's target ("Here is a screenshot of
+# [title](url)", Magentic-One's WebSurfer), else the first address in it ("Address:
+# file:///...", its FileSurfer). Matched within the first STEP_RESULT_CHARS a step keeps.
+_LINKED_PLACE = re.compile(r"\]\(((?:https?|file)://[^\s)]+)")
+_BARE_PLACE = re.compile(r"\b((?:https?|file)://[^\s)\]>\"']+)")
 _DIGITS = re.compile(r"\d+")
 _PLAIN_WORD = re.compile(r"^[\"'(]?[A-Za-z][A-Za-z'’-]*[.,;:!?)\"']*$")
 
@@ -46,6 +65,20 @@ _PLAIN_WORD = re.compile(r"^[\"'(]?[A-Za-z][A-Za-z'’-]*[.,;:!?)\"']*$")
 def _same_but_numbers(a: str, b: str) -> bool:
     """Requests differing only in numbers walk a list ("result 3 of 5", "result 4 of 5")."""
     return a != b and _DIGITS.sub("#", a) == _DIGITS.sub("#", b)
+
+
+def result_place(result: str | None) -> str | None:
+    """The page a result reports the sub-agent on, without its query or fragment.
+
+    A search with new words is the same search page: re-searching is how a failing
+    re-delegation looks, not a step forward.
+    """
+    if not result:
+        return None
+    found = _LINKED_PLACE.search(result) or _BARE_PLACE.search(result)
+    if found is None:
+        return None
+    return found.group(1).split("?", 1)[0].split("#", 1)[0].rstrip("/")
 
 
 def request_text(step: Step) -> str | None:
@@ -63,6 +96,11 @@ def request_text(step: Step) -> str | None:
     return text if plain / len(words) >= MIN_WORD_SHARE else None
 
 
+def _place(request: tuple[Any, ...]) -> str | None:
+    """The new page a remembered request reached (None in a state saved before pages)."""
+    return request[4] if len(request) > 4 else None
+
+
 class SemanticRepeatDetector:
     name = "semantic_repeat"
     reads_messages = False  # it reasons about call steps only
@@ -75,7 +113,8 @@ class SemanticRepeatDetector:
         self.reset()
 
     def reset(self) -> None:
-        self._requests: deque[tuple[str, Any, int, str]] = deque(maxlen=WINDOW * 4)
+        # (tool, vector, call index, text, the page its result reached if new to the tool)
+        self._requests: deque[tuple[str, Any, int, str, str | None]] = deque(maxlen=WINDOW * 4)
         self._current: Finding | None = None
 
     def observe(self, event: Event) -> Finding | None:
@@ -96,20 +135,29 @@ class SemanticRepeatDetector:
             self._broken = True
             logger.warning("semantic detector disabled: %s", exc)
             return None
-        same_tool = [r for r in self._requests if r[0] == event.call.name][-WINDOW:]
+        tool_requests = [r for r in self._requests if r[0] == event.call.name]
+        place = result_place(event.result)
+        # a page this tool reached before (remembered while its requests are) is no news
+        went_back = place is not None and any(_place(r) == place for r in tool_requests)
         # Identical requests are the exact-repeat detector's business (which lets polling
         # with changing results pass); enumerations are progress.
-        earlier = [
-            index
-            for _, other, index, other_text in same_tool
-            if other_text != text
-            and not _same_but_numbers(text, other_text)
-            and float(vector @ other) >= SIMILARITY
+        matched = [
+            r
+            for r in tool_requests[-WINDOW:]
+            if r[3] != text
+            and not _same_but_numbers(text, r[3])
+            and float(vector @ r[1]) >= SIMILARITY
         ]
-        self._requests.append((event.call.name, vector, event.call_index, text))
-        if not earlier:
+        self._requests.append(
+            (event.call.name, vector, event.call_index, text, None if went_back else place)
+        )
+        if not matched:
             return None
-        looping = len(earlier) >= EARLIER_NEEDED
+        earlier = [r[2] for r in matched]
+        # Every earlier ask reached a new page and this one did not go back: a walk through
+        # one sub-goal. Still worth the judge's early look (a near miss), never a verdict.
+        walking = not went_back and all(_place(r) is not None for r in matched)
+        looping = len(earlier) >= EARLIER_NEEDED and not walking
         self._current = Finding(
             detector=self.name,
             kind=LoopKind.COGNITIVE,
