@@ -237,7 +237,9 @@ def _answer(msg: Message) -> tuple[int, str] | None:
     A message with a tool call acted, and a short one narrates: neither is the answer a
     nag corrects.
     """
-    if msg.tool_calls:
+    # Prose is never longer than the text it is read from (code blocks shrink to a space,
+    # dropped lines go, whitespace runs to one): a shorter message cannot be an answer.
+    if msg.tool_calls or len(msg.content) < MIN_ANSWER_CHARS:
         return None
     head = " ".join(prose(msg.content[:ANSWER_SCAN_CHARS]).split())[:COMPARE_CHARS]
     return (msg.index, head.lower()) if len(head) >= MIN_ANSWER_CHARS else None

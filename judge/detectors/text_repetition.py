@@ -65,6 +65,8 @@ _SENTENCE_END = re.compile(r"(?<=[.!?\n])")
 _FENCE = re.compile(r"```.*?(?:```|$)", re.DOTALL)
 _SENTENCE_SPLIT = re.compile(r"(?<=[.!?])\s+|\n+")
 _WORD_STUTTER = re.compile(r"\b(\w{2,})(?:\s+\1\b){2,}", re.IGNORECASE)
+# The last two words of any `_WORD_STUTTER` match: a necessary condition, half the cost.
+_STUTTER_PAIR = re.compile(r"\s(\w{2,})\s+\1\b", re.IGNORECASE)
 _STRUCTURED_LINE = re.compile(r"^\s*(?:\||[-*+]\s|\d+[.)]\s|#)")
 # A short sentence counts towards a run only if it has a letter: a run of "}", "..." or
 # "0" lines is layout or data, not speech.
@@ -73,15 +75,47 @@ _WORDY = re.compile(r"[^\W\d_]")  # a letter: a column of "0" lines is data, not
 
 def prose(text: str) -> str:
     """Text with code blocks, tables, list items and headings removed: these repeat by
-    design and must not trip degenerate-text checks."""
-    text = _FENCE.sub(" ", text)
-    return "\n".join(ln for ln in text.splitlines() if not _STRUCTURED_LINE.match(ln))
+    design and must not trip degenerate-text checks.
+
+    The last answer is kept: repeated_feedback reads the prose of the message this
+    detector has just read (the very string object, for a message under its scan limit),
+    and a message's prose costs ~10 us on the bench replay (issue 11). A pure function of
+    its argument, so the kept answer is always the one it would compute.
+    """
+    last = _LAST_PROSE[0]  # one read: a (text, prose) pair swapped whole, never torn
+    if text is last[0]:
+        return last[1]
+    body = "\n".join(
+        ln for ln in _FENCE.sub(" ", text).splitlines() if not _STRUCTURED_LINE.match(ln)
+    )
+    _LAST_PROSE[0] = (text, body)
+    return body
 
 
-def degenerate(text: str) -> tuple[str, int] | None:
-    """(the repeated unit, count) if one message repeats itself, else None."""
-    body = prose(text)
-    stutter = _WORD_STUTTER.search(body)
+# The latest (text, prose(text)); see `prose`.
+_LAST_PROSE: list[tuple[str, str]] = [("", "")]
+
+
+def may_stutter(body: str) -> bool:
+    """False only where `_WORD_STUTTER` cannot match: a cheaper regex first, which spares
+    the full one (~55 us of a message's ~120 us on the bench replay, issue 11) on nearly
+    every message.
+
+    A stutter "w w w" has its second ``w`` after whitespace and followed by whitespace and
+    ``w`` again, so `_STUTTER_PAIR` matches wherever `_WORD_STUTTER` does; it starts only
+    after whitespace rather than at every word boundary, and stops at two.
+    """
+    return _STUTTER_PAIR.search(body) is not None
+
+
+def degenerate(text: str, body: str | None = None) -> tuple[str, int] | None:
+    """(the repeated unit, count) if one message repeats itself, else None.
+
+    ``body`` is ``prose(text)`` when the caller has it already.
+    """
+    if body is None:
+        body = prose(text)
+    stutter = _WORD_STUTTER.search(body) if may_stutter(body) else None
     if stutter:
         # The word, not the run: the run's length depends on when it was read (a stream),
         # and the pattern must not, or an override of one would miss the other.
@@ -108,8 +142,15 @@ def degenerate(text: str) -> tuple[str, int] | None:
     return None
 
 
-def questions(text: str) -> list[str]:
-    pieces = _SENTENCE_END.split(prose(text))
+def questions(text: str, body: str | None = None) -> list[str]:
+    """The questions of a message (its prose's pieces ending in "?"), normalized.
+
+    ``body`` is ``prose(text)`` when the caller has it already. Most messages ask nothing:
+    without a "?" (which `prose` never adds) there is nothing to split.
+    """
+    if "?" not in text:
+        return []
+    pieces = _SENTENCE_END.split(prose(text) if body is None else body)
     found = (" ".join(q.lower().split()) for q in pieces if q.rstrip().endswith("?"))
     return [q for q in found if len(q) >= MIN_QUESTION_CHARS]
 
@@ -166,9 +207,14 @@ class TextRepetitionDetector:
             return self._current
         self._run = None  # a longer message breaks a run of short ones
         # Every check runs (each keeps its own memory); the strongest one speaks.
+        body = prose(event.content)  # read once for both checks that need it
         found = [
             f
-            for f in (self._degenerate(event), self._repeated(event, text), self._reasked(event))
+            for f in (
+                self._degenerate(event, body),
+                self._repeated(event, text),
+                self._reasked(event, body),
+            )
             if f is not None
         ]
         self._current = max(found, key=lambda f: f.score) if found else None
@@ -204,11 +250,11 @@ class TextRepetitionDetector:
             details={"text": text, "count": count},
         )
 
-    def _reasked(self, msg: Message) -> Finding | None:
+    def _reasked(self, msg: Message, body: str) -> Finding | None:
         # A question asked of someone ends the turn; one beside a tool call is the agent
         # thinking aloud ("maybe the warning comes from __eq__?"), which a debugging agent
         # rightly asks itself again after each experiment.
-        asked = [] if msg.tool_calls else questions(msg.content)
+        asked = [] if msg.tool_calls else questions(msg.content, body)
         earlier = [
             index
             for index, qs, epoch in self._asked
@@ -238,8 +284,8 @@ class TextRepetitionDetector:
             details={"text": short(asked[0], 200), "count": len(earlier) + 1},
         )
 
-    def _degenerate(self, msg: Message) -> Finding | None:
-        found = degenerate(msg.content)
+    def _degenerate(self, msg: Message, body: str) -> Finding | None:
+        found = degenerate(msg.content, body)
         if found is None:
             return None
         unit, count = found
