@@ -723,6 +723,103 @@ def _kinds(rules: Iterable[_Rule]) -> tuple[str, ...]:
 BUILTIN_KINDS: tuple[str, ...] = _kinds(_builtin_rules())
 
 
+def _trie_pattern(words: Iterable[str]) -> str:
+    """A regular expression matching any of ``words``, written as their prefix tree, that
+    matches the longest word at its position: where a word ends and longer ones go on, the
+    rest is an optional group, and a greedy ``?`` tries the longer words first.
+
+    Linear: each group is entered at most once per position it is tried at, and every
+    branch of a group starts with a different character, so at most one can go on.
+    """
+    tree: dict[str, Any] = {}
+    for word in words:
+        node = tree
+        for char in word:
+            node = node.setdefault(char, {})
+        node[""] = {}  # a word ends here
+
+    def emit(node: dict[str, Any]) -> str:
+        branches = [re.escape(char) + emit(child) for char, child in sorted(node.items()) if char]
+        if not branches:
+            return ""
+        ends_here = "" in node
+        if len(branches) == 1 and not ends_here:
+            return branches[0]
+        return "(?:" + "|".join(branches) + ")" + ("?" if ends_here else "")
+
+    return emit(tree)
+
+
+class _TriggerScan:
+    """Which of a rule set's trigger words occur in a lowercased text, in one pass.
+
+    Checking each rule's triggers with ``in`` reads the text once per trigger (136 of them
+    for the built-in rules) from a Python loop per rule: about 90 us for a 100-character
+    verdict summary, whatever the rules then find. Here one pattern holding every trigger is
+    run once with ``findall`` (the scan and the list stay in C). The pattern is the
+    triggers' prefix tree (`_trie_pattern`): a flat alternation of 136 words makes ``re``
+    try each at every position, four times slower than the tree on the same text.
+
+    ``findall`` reports non-overlapping matches, each the longest trigger at its position,
+    so it alone would miss a trigger that is a substring of a match or starts inside one.
+    Both are restored exactly: a match implies every trigger that is a substring of it
+    (``_implied``), and a trigger that starts inside a match and runs past its end (a
+    proper suffix of the match is a proper prefix of it: "sk-" in a text matched as
+    "...sk" cannot happen with today's words, but a new keyword could make it) is checked
+    on its own with ``in`` (``_straddling``). The result equals ``{t for t in triggers if
+    t in lowered}``; the tests compare the two.
+    """
+
+    __slots__ = ("_implied", "_pattern", "_straddling")
+
+    def __init__(self, triggers: Iterable[str]) -> None:
+        words = sorted(set(triggers), key=lambda t: (-len(t), t))
+        if any(not t for t in words):
+            raise ValueError("a rule trigger is empty")
+        self._pattern: re.Pattern[str] | None = re.compile(_trie_pattern(words)) if words else None
+        self._implied: dict[str, frozenset[str]] = {
+            t: frozenset(u for u in words if u in t) for t in words
+        }
+        self._straddling: dict[str, tuple[str, ...]] = {
+            t: tuple(
+                u
+                for u in words
+                if u not in t and any(t.endswith(u[:n]) for n in range(1, min(len(u), len(t))))
+            )
+            for t in words
+        }
+
+    def present(self, lowered: str) -> frozenset[str]:
+        """The triggers that occur in ``lowered`` (a text already lowercased)."""
+        if self._pattern is None:
+            return frozenset()
+        matched = set(self._pattern.findall(lowered))
+        if not matched:
+            return frozenset()
+        found: set[str] = set()
+        for t in matched:
+            found |= self._implied[t]
+        for t in matched:
+            for u in self._straddling[t]:
+                if u not in found and u in lowered:
+                    found.add(u)
+        return frozenset(found)
+
+
+def _spans_reference(rules: Sequence[_Rule], text: str) -> list[tuple[int, int, str]]:
+    """`Redactor.spans` as it was before `_TriggerScan`: every rule's triggers checked one by
+    one. Kept, unused at run time, so the tests can prove the fast path finds the same."""
+    if not text:
+        return []
+    lowered = text.lower()
+    found: list[tuple[int, int, int, str]] = []
+    for priority, rule in enumerate(rules):
+        if rule.triggers and not any(t in lowered for t in rule.triggers):
+            continue
+        found.extend((s, e, priority, kind) for kind, s, e in rule.spans(text) if e > s)
+    return _merge(found)
+
+
 def _merge(spans: Sequence[tuple[int, int, int, str]]) -> list[tuple[int, int, str]]:
     """Overlapping spans become one, named by the highest-priority rule among them."""
     merged: list[tuple[int, int, int, str]] = []
@@ -773,6 +870,13 @@ class Redactor:
                 raise ConfigError(f"redaction pattern {source!r} matches the empty string")
             rules.append(_PatternRule(CUSTOM_KIND, source, placeholders=False))
         self._rules: tuple[_Rule, ...] = tuple(rules)
+        self._scan = _TriggerScan(t for rule in rules for t in rule.triggers)
+        # Per rule, in priority order: its triggers, or None for a rule that always runs.
+        self._gates: tuple[tuple[int, _Rule, frozenset[str] | None], ...] = tuple(
+            (priority, rule, frozenset(rule.triggers) if rule.triggers else None)
+            for priority, rule in enumerate(rules)
+        )
+        self._always = any(rule.triggers == () for rule in rules)
 
     @property
     def kinds(self) -> tuple[str, ...]:
@@ -783,10 +887,12 @@ class Redactor:
         """(start, end, kind) of every secret in ``text``, merged and in order."""
         if not text:
             return []
-        lowered = text.lower()
+        present = self._scan.present(text.lower())
+        if not present and not self._always:
+            return []  # most texts: no rule's trigger word, so no rule can match
         found: list[tuple[int, int, int, str]] = []
-        for priority, rule in enumerate(self._rules):
-            if rule.triggers and not any(t in lowered for t in rule.triggers):
+        for priority, rule, gate in self._gates:
+            if gate is not None and gate.isdisjoint(present):
                 continue
             found.extend((s, e, priority, kind) for kind, s, e in rule.spans(text) if e > s)
         return _merge(found)
