@@ -11,12 +11,15 @@ trigger sets made up to exercise the scan's overlap cases.
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from judge.llm import redaction
 from judge.llm.redaction import (
     Redactor,
     _builtin_rules,
@@ -150,7 +153,6 @@ def test_a_word_starting_inside_a_match_is_found() -> None:
 
 
 def test_the_prefix_tree_matches_the_longest_word() -> None:
-    import re
 
     pattern = re.compile(_trie_pattern(["sk-", "sk-proj-", "sk-ant-", "s"]))
     assert pattern.findall("x sk-proj-1 sk-ant- sk-pro s") == ["sk-proj-", "sk-ant-", "sk-", "s"]
@@ -171,3 +173,68 @@ def test_text_without_any_trigger_runs_no_rule(monkeypatch: pytest.MonkeyPatch) 
     for rule in redactor._rules:
         monkeypatch.setattr(type(rule), "spans", lambda self, text: boom(text))
     assert redactor.spans("The agent re-ran the same failing command 5 times.") == []
+
+
+# The two context patterns as they were before they were rewritten for speed, frozen here:
+# the rewrites (an atomic key, "--" read before its lookbehind) must match exactly the same.
+_Q = r"""(?:\\?["'])?"""
+OLD_ASSIGNMENT = re.compile(
+    rf"(?<![A-Za-z0-9_.\-])(?:--)?{_Q}(?P<key>[A-Za-z_][A-Za-z0-9_.\-]{{0,80}}){_Q}"
+    r"(?P<assign>[ \t]*(?::=|=>|[:=])[ \t]*)(?=\\?[\"']|[^\s\"'`\\<>])"
+)
+OLD_FLAG = re.compile(
+    r"(?<![\w-])--(?P<flag>[A-Za-z][A-Za-z0-9-]{0,40})[ \t]+(?P<value>[^\s-][^\s]{0,1023})"
+)
+REWRITTEN = [(OLD_ASSIGNMENT, redaction._ASSIGNMENT), (OLD_FLAG, redaction._FLAG)]
+# Pieces for the rewritten patterns: keys, quotes, assignments and flags in every order.
+PATTERN_PIECES = [
+    "password",
+    "DB_PASSWORD",
+    "api.key",
+    "a",
+    "-",
+    "--",
+    "--token",
+    "_",
+    "x" * 79,
+    "x" * 78,
+    "x",
+    '"',
+    '\\"',
+    "'",
+    " ",
+    "\t",
+    "=",
+    ":",
+    ":=",
+    "=>",
+    "hunter2",
+    "<",
+    "`",
+    "\n",
+    "é",
+]
+
+
+def _matches(pattern: re.Pattern[str], text: str, pos: int = 0) -> list[tuple[Any, ...]]:
+    """Every match from ``pos`` with the span of each group: all a rule reads of it."""
+    return [
+        (m.span(), *(m.span(g) for g in range(1, (pattern.groups or 0) + 1)))
+        for m in pattern.finditer(text, pos)
+    ]
+
+
+def test_rewritten_patterns_match_as_before_on_the_corpus() -> None:
+    for text in _corpus_texts():
+        for old, new in REWRITTEN:
+            assert _matches(new, text) == _matches(old, text), (new.pattern, text)
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.lists(st.sampled_from(PATTERN_PIECES), max_size=14))
+def test_rewritten_patterns_match_as_before_from_every_position(pieces: list[str]) -> None:
+    text = "".join(pieces)
+    for old, new in REWRITTEN:
+        assert new.groupindex == old.groupindex
+        for pos in range(len(text) + 1):
+            assert _matches(new, text, pos) == _matches(old, text, pos), (new.pattern, text)

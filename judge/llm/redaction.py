@@ -374,8 +374,14 @@ _HEADER_ASSIGN = rf"{_Q}[ \t]*[:=][ \t]*{_Q}"
 
 # Step one finds a key and its assignment only; the value is read (step two) only when the
 # key names a secret, so a long run of harmless "a=b=c=..." costs one short match per pair.
+# The key is read whole, never shortened: a shorter key would be followed by a key
+# character, which can start neither a quote nor an assignment, so giving characters back
+# only wastes time (it doubled the cost of every word of prose). The lookahead reads the
+# longest key and the back-reference consumes it; lookarounds do not backtrack, so this is
+# an atomic group, which ``re`` has only from Python 3.11.
 _ASSIGNMENT = re.compile(
-    rf"(?<![A-Za-z0-9_.\-])(?:--)?{_Q}(?P<key>[A-Za-z_][A-Za-z0-9_.\-]{{0,{_KEY_MAX}}}){_Q}"
+    rf"(?<![A-Za-z0-9_.\-])(?:--)?{_Q}"
+    rf"(?=(?P<key>[A-Za-z_][A-Za-z0-9_.\-]{{0,{_KEY_MAX}}}))(?P=key){_Q}"
     r"(?P<assign>[ \t]*(?::=|=>|[:=])[ \t]*)(?=\\?[\"']|[^\s\"'`\\<>])"
 )
 _QUOTED_VALUE = re.compile(rf"\\?[\"'](?P<value>[^\"'\n\\]{{1,{_VALUE_MAX}}})")
@@ -592,8 +598,12 @@ def _resolve_command(m: re.Match[str]) -> tuple[list[Span], int]:
     return spans, resume
 
 
+# "--" comes first and the check that no word character or dash precedes it follows (the
+# same condition, read from after the dashes), so ``re`` can jump to each "--" with its
+# literal-prefix search instead of trying the lookbehind at every position (50 times
+# faster on a 5 kB log).
 _FLAG = re.compile(
-    r"(?<![\w-])--(?P<flag>[A-Za-z][A-Za-z0-9-]{0,40})[ \t]+(?P<value>[^\s-][^\s]{0,1023})"
+    r"--(?<![\w-]--)(?P<flag>[A-Za-z][A-Za-z0-9-]{0,40})[ \t]+(?P<value>[^\s-][^\s]{0,1023})"
 )
 
 
