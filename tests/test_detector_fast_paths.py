@@ -237,3 +237,44 @@ def test_volatile_masking_unchanged_on_random_text() -> None:
     for _ in range(3000):
         text = "".join(rng.choice(parts) for _ in range(rng.randint(0, 10)))
         assert volatile_masked(text) == _masked_as_before(text), text
+
+
+def _split_sentences(body: str) -> list[str]:
+    """The definition `normalized_sentences` must keep: split, then normalize each."""
+    pieces = (" ".join(s.lower().split()) for s in text_repetition._SENTENCE_SPLIT.split(body))
+    return [s for s in pieces if s]
+
+
+SENTENCE_CASES = [
+    "",
+    "One. Two! Three? Four",
+    "a.\n\nb",
+    "a.. b",
+    "a!!  b",
+    "x\n. y",
+    "A. \n  B",
+    "no punctuation at all just words",
+    "e.g.this stays one",
+    "tab.\tafter",
+    "nbsp.\u00a0after",
+    "line\u2028sep. next",
+    "\x1cfile sep.\x1cnext",
+    "CAPS. Caps. caps.",
+    "\u0130stanbul. \u0130STANBUL.",
+    "trailing space. ",
+    "   \n  \n ",
+]
+
+
+@pytest.mark.parametrize("body", SENTENCE_CASES)
+def test_normalized_sentences_are_the_split_pieces(body: str) -> None:
+    assert text_repetition.normalized_sentences(body) == _split_sentences(body)
+
+
+def test_normalized_sentences_agree_on_random_text() -> None:
+    rng = random.Random(17)
+    alphabet = ["ab", "Ab", "a.", "b!", " ", "\n", "?", ". ", ".\n", "\t", "\r", "\u00a0"]
+    alphabet += ["\u2028", "\x1c", "\u0130", "ab ab ab", "AB ab ", "..", "!?"]
+    for _ in range(20_000):
+        body = "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 14)))
+        assert text_repetition.normalized_sentences(body) == _split_sentences(body), body

@@ -25,6 +25,9 @@ WINDOW = 6
 SIMILARITY = 80
 # Earlier similar requests needed before the judge is asked to look.
 EARLIER_NEEDED = 2
+# Processed texts kept (`RepeatedRequestDetector._processed`): a few windows' worth of
+# the WINDOW * 3 requests remembered, so the memo rarely refills.
+MEMO_LIMIT = WINDOW * 3 * 4
 
 
 def _request_text(step: Step) -> str | None:
@@ -46,6 +49,21 @@ class RepeatedRequestDetector:
     def reset(self) -> None:
         self._requests: deque[tuple[str, str, int]] = deque(maxlen=WINDOW * 3)
         self._current: Finding | None = None
+        self._memo: dict[str, str] = {}
+
+    def _processed(self, text: str) -> str:
+        """``utils.default_process(text)``, kept while the text is in the window: each
+        request is compared with up to WINDOW others, and processing both sides of every
+        comparison again cost ~60 us a step (issue 11). The scores are the same as with
+        ``processor=default_process``, which applies this very function to both sides.
+        Not saved state: a restored detector fills it again."""
+        memo = self._memo
+        found = memo.get(text)
+        if found is None:
+            if len(memo) >= MEMO_LIMIT:
+                memo.clear()
+            found = memo[text] = utils.default_process(text)
+        return found
 
     def observe(self, event: Event) -> Finding | None:
         if not isinstance(event, Step):
@@ -55,11 +73,12 @@ class RepeatedRequestDetector:
         if text is None:
             return None
         same_tool = [(t, i) for name, t, i in self._requests if name == event.call.name]
+        processed = self._processed(text)
         earlier = [
             i
             for t, i in same_tool[-WINDOW:]
             if fuzz.token_set_ratio(
-                text, t, processor=utils.default_process, score_cutoff=SIMILARITY
+                processed, self._processed(t), processor=None, score_cutoff=SIMILARITY
             )
         ]
         self._requests.append((event.call.name, text, event.call_index))

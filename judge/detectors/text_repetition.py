@@ -63,7 +63,11 @@ MAX_RUN_EVIDENCE = 12
 # "[^.!?]*\?" rescans from every position: quadratic on text with no punctuation.)
 _SENTENCE_END = re.compile(r"(?<=[.!?\n])")
 _FENCE = re.compile(r"```.*?(?:```|$)", re.DOTALL)
+# The definition of a sentence; `normalized_sentences` gives the same pieces faster.
 _SENTENCE_SPLIT = re.compile(r"(?<=[.!?])\s+|\n+")
+# What ends a sentence for `normalized_sentences`: the characters `_SENTENCE_SPLIT` cuts
+# after.
+_SENTENCE_ENDS = (".", "!", "?")
 _WORD_STUTTER = re.compile(r"\b(\w{2,})(?:\s+\1\b){2,}", re.IGNORECASE)
 # The last two words of any `_WORD_STUTTER` match: a necessary condition, half the cost.
 _STUTTER_PAIR = re.compile(r"\s(\w{2,})\s+\1\b", re.IGNORECASE)
@@ -121,8 +125,7 @@ def degenerate(text: str, body: str | None = None) -> tuple[str, int] | None:
         # and the pattern must not, or an override of one would miss the other.
         return stutter.group(1).lower(), len(stutter.group(0).split())
     counts: dict[str, int] = {}
-    sentences = [" ".join(s.lower().split()) for s in _SENTENCE_SPLIT.split(body)]
-    sentences = [s for s in sentences if s]
+    sentences = normalized_sentences(body)
     total = sum(len(s) for s in sentences)
     run_unit, run = "", 0  # the sentence repeating back to back right now, and how often
     for norm in sentences:
@@ -140,6 +143,21 @@ def degenerate(text: str, body: str | None = None) -> tuple[str, int] | None:
         ):
             return norm, counts[norm]
     return None
+
+
+def normalized_sentences(body: str) -> list[str]:
+    """The non-empty sentences of ``body``, lower-cased with whitespace collapsed: the
+    pieces `_SENTENCE_SPLIT` cuts, each normalized.
+
+    Built from C-speed string methods instead of the split (~46 -> 18 us a message on the
+    bench replay, issue 11): the split's lookbehind is tried at every position. Once each
+    line's whitespace is collapsed to single spaces, a cut is a line end or a space right
+    after ".", "!" or "?", which `str.replace` finds. Tests pin it to the split.
+    """
+    lines = "\n".join(" ".join(line.split()) for line in body.lower().split("\n"))
+    for end in _SENTENCE_ENDS:
+        lines = lines.replace(end + " ", end + "\n")
+    return [piece for piece in lines.split("\n") if piece]
 
 
 def questions(text: str, body: str | None = None) -> list[str]:

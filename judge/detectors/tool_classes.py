@@ -124,7 +124,24 @@ def classify_tool(
     explore: Sequence[str] = DEFAULT_EXPLORE_PATTERNS,
     modify: Sequence[str] = DEFAULT_MODIFY_PATTERNS,
 ) -> ToolClass:
+    if explore is DEFAULT_EXPLORE_PATTERNS and modify is DEFAULT_MODIFY_PATTERNS:
+        # The detectors ask with the defaults on every step: lowering ~40 patterns and
+        # hashing them for each ask cost ~10 us, far more than the answer (issue 11).
+        return _classify_default(name)
     return _classify(name, tuple(p.lower() for p in explore), tuple(p.lower() for p in modify))
+
+
+# The default patterns as `_classify` takes them, lowered once.
+_DEFAULTS_LOWERED = (
+    tuple(p.lower() for p in DEFAULT_EXPLORE_PATTERNS),
+    tuple(p.lower() for p in DEFAULT_MODIFY_PATTERNS),
+)
+
+
+@lru_cache(maxsize=4096)
+def _classify_default(name: str) -> ToolClass:
+    """`_classify` with the default patterns, cached by the name alone."""
+    return _classify(name, *_DEFAULTS_LOWERED)
 
 
 def repeat_limit(
