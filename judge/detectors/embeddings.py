@@ -19,6 +19,7 @@ trackers or re-read histories ask for it.
 
 from __future__ import annotations
 
+import functools
 import gzip
 import importlib.util
 import logging
@@ -58,6 +59,14 @@ _preloading = False
 def available() -> bool:
     """Whether the detector's packages are installed (found, not imported: importing costs
     a second). True in every default install; False after --no-deps or a vendored copy."""
+    return _installed()
+
+
+@functools.cache
+def _installed() -> bool:
+    """Looked up once per process: every tracker asks, and the five lookups walk sys.path
+    (~1.3 ms a tracker, a sidecar's cost for each new session; issue 11). Packages
+    installed while a process runs are seen by the next process."""
     return all(importlib.util.find_spec(name) is not None for name in _EXTRA_MODULES)
 
 
