@@ -3,7 +3,8 @@
 Every recorded trajectory (``evals/data`` and ``../shared/recorded``, one copy of each id)
 is replayed the way the peer harness replays it: at each turn boundary of the eval
 (`judge.evaluation.replay.assistant_turn_ends`) a detector is handed ``messages[:k]``, a
-new list each turn holding the same message objects. Three detectors run side by side, on
+new list each turn holding the same message objects. Three detectors and one reference run
+side by side, on
 the same turn, in one process, so their ratio does not depend on the machine's load:
 
 - loop-judge, heuristics only (no judge model, so no check is ever due), and in a second
@@ -13,7 +14,9 @@ the same turn, in one process, so their ratio does not depend on the machine's l
 - an OpenHands-style detector (``stuck_detector.py``): on each turn it reads the events
   since the last user message and looks for the same action and observation four times,
   the same action failing three times, the same monologue three times, or an A-B pattern
-  over six steps.
+  over six steps;
+- a reference, ``one-regex-pass``: a single regex search over each new message's text and
+  arguments, the floor for a CPython detector that reads the new text at all.
 
 The two baselines are ports in a few lines each, enough to cost what the originals cost
 per turn (the originals also hash and compare event objects); they are not used for
@@ -27,6 +30,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import statistics
 import time
 from collections.abc import Callable, Sequence
@@ -117,6 +121,33 @@ class OpenHandsRule:
         )
 
 
+class OneScan:
+    """A reference, not a detector: one regex pass over each new message's text and call
+    arguments, the least any detector that reads text (rather than comparing call
+    signatures) must do. Its median is the floor a CPython detector reading the new text
+    at all cannot go below; loop-judge makes about ten such passes per message (masking,
+    classifying, sentence and stutter checks, prose, keys)."""
+
+    # A digit followed by a time unit: a typical detector pattern, tried at every position.
+    PATTERN = re.compile(r"\d ?(?:ms|us|ns)\b")
+
+    def __init__(self) -> None:
+        self.seen = 0
+
+    def __call__(self, history: Sequence[dict[str, Any]]) -> bool:
+        found = False
+        for msg in history[self.seen :]:
+            content = msg.get("content")
+            if isinstance(content, str):
+                found = self.PATTERN.search(content) is not None or found
+            for call in msg.get("tool_calls") or ():
+                arguments = (call.get("function") or {}).get("arguments")
+                if isinstance(arguments, str):
+                    found = self.PATTERN.search(arguments) is not None or found
+        self.seen = len(history)
+        return found
+
+
 def load_runs() -> list[list[dict[str, Any]]]:
     """Each recorded run's messages, one copy per trajectory id."""
     from judge.trajectories.dataset import load_dataset
@@ -145,14 +176,19 @@ async def replay(
     from judge.evaluation.replay import assistant_turn_ends
 
     config = TrackerConfig(fast_model=None, confirm_model=None, semantic=semantic)
-    out: dict[str, list[float]] = {"loop-judge": [], "gemini-style": [], "openhands-style": []}
+    out: dict[str, list[float]] = {
+        "loop-judge": [],
+        "gemini-style": [],
+        "openhands-style": [],
+        "one-regex-pass": [],
+    }
     clock = CLOCKS[clock_name]
     for messages in runs:
         tracker = LoopTracker(config)
-        gemini, openhands = GeminiRule(), OpenHandsRule()
         rules: list[tuple[str, Callable[[Sequence[dict[str, Any]]], bool]]] = [
-            ("gemini-style", gemini),
-            ("openhands-style", openhands),
+            ("gemini-style", GeminiRule()),
+            ("openhands-style", OpenHandsRule()),
+            ("one-regex-pass", OneScan()),
         ]
         for end in assistant_turn_ends(messages):
             history = messages[:end]
