@@ -19,8 +19,9 @@ pytest.importorskip("uvicorn", reason="the serve extra is not installed")
 import uvicorn
 
 from judge import TrackerConfig
-from judge.cli.serve import uvicorn_config
+from judge.cli.serve import http_protocol, uvicorn_config
 from judge.service.app import create_app
+from judge.service.protocol import guarded_protocol
 from judge.service.settings import ServerSettings
 from judge.service.store import MemoryStore
 from tests.serving import free_port
@@ -34,8 +35,21 @@ SLACK_S = 2.0
 TOKEN = "protocol-token-0123456789abcdef"
 
 
-@pytest.fixture
-async def port() -> AsyncIterator[int]:
+def _protocols() -> list[Any]:
+    """Both guarded protocols: h11 always, httptools where it is installed (the serve
+    extra has it; `loop-judge serve` prefers it)."""
+    cases: list[Any] = [pytest.param(guarded_protocol, id="h11")]
+    try:
+        from judge.service.protocol_httptools import guarded_httptools_protocol
+    except ImportError:
+        cases.append(pytest.param(None, id="httptools", marks=pytest.mark.skip("no httptools")))
+    else:
+        cases.append(pytest.param(guarded_httptools_protocol, id="httptools"))
+    return cases
+
+
+@pytest.fixture(params=_protocols())
+async def port(request: pytest.FixtureRequest) -> AsyncIterator[int]:
     settings = ServerSettings(
         server_token=TOKEN,
         port=free_port(),
@@ -43,6 +57,7 @@ async def port() -> AsyncIterator[int]:
         keep_alive_s=5,
     )
     config = uvicorn_config(create_app(settings, MemoryStore(TrackerConfig())), settings)
+    config.http = request.param(REQUEST_TIMEOUT_S)
     config.log_level = "warning"
     server = uvicorn.Server(config)
     task = asyncio.create_task(server.serve())
@@ -140,3 +155,54 @@ def test_the_access_log_can_be_turned_off(monkeypatch: pytest.MonkeyPatch) -> No
     app = create_app(settings, MemoryStore(TrackerConfig()))
     assert uvicorn_config(app, settings).access_log is False
     assert uvicorn_config(app, ServerSettings(server_token=TOKEN, access_log=True)).access_log
+
+
+async def test_a_request_head_over_16_kib_is_refused(port: int) -> None:
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    head = b"GET /healthz HTTP/1.1\r\nHost: localhost\r\n" + b"X-Big: " + b"a" * 8192 + b"\r\n"
+    try:
+        for _ in range(4):  # 32 KiB of head in four reads, never finished
+            writer.write(head if _ == 0 else b"X-More: " + b"b" * 8192 + b"\r\n")
+            await writer.drain()
+            await asyncio.sleep(0.05)
+    except ConnectionError:
+        pass
+    data, _seconds = await closed_after(reader)
+    writer.close()
+    # h11 answers 400 (uvicorn's reply to its parse error), httptools our 431; neither 200
+    assert data.startswith((b"HTTP/1.1 400", b"HTTP/1.1 431", b"<reset>"))
+
+
+async def test_a_pipelined_request_after_a_body_is_served(port: int) -> None:
+    body = b'{"messages": [{"role": "user", "content": "hi"}]}'
+    turn = (
+        b"POST /v1/sessions/pipe/turns HTTP/1.1\r\nHost: localhost\r\n"
+        + f"Authorization: Bearer {TOKEN}\r\n".encode()
+        + b"Content-Type: application/json\r\nContent-Length: "
+        + str(len(body)).encode()
+        + b"\r\n\r\n"
+        + body
+    )
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(turn + b"GET /healthz HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
+    await writer.drain()
+    data, _seconds = await closed_after(reader)
+    writer.close()
+    assert data.count(b"HTTP/1.1 200") == 2, data
+
+
+def test_serve_prefers_httptools_and_falls_back_to_h11(monkeypatch: pytest.MonkeyPatch) -> None:
+    import sys
+
+    chosen = http_protocol(1.0)
+    try:
+        import httptools  # noqa: F401
+    except ImportError:
+        assert chosen.__name__ == "GuardedH11Protocol"
+    else:
+        assert chosen.__name__ == "GuardedHttpToolsProtocol"
+    # Without httptools (no wheel for the platform), the h11 protocol serves.
+    monkeypatch.setitem(sys.modules, "httptools", None)
+    monkeypatch.delitem(sys.modules, "judge.service.protocol_httptools", raising=False)
+    monkeypatch.delitem(sys.modules, "uvicorn.protocols.http.httptools_impl", raising=False)
+    assert http_protocol(1.0).__name__ == "GuardedH11Protocol"
