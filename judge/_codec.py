@@ -14,10 +14,14 @@ its length once (issue 12, defect 4).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
+import math
+import threading
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextvars import ContextVar
 from enum import Enum
 from typing import Any
 
@@ -105,6 +109,13 @@ def _decode_call(fields: dict[str, Any]) -> ToolCall:
 
 
 def _encode_record(value: Any, pool: StepPool | None) -> Any:
+    memo = _ACTIVE_MEMO.get()
+    if memo is not None and type(value) in _MEMO_TYPES:
+        return memo.encoded(value)
+    return _encode_record_now(value, pool)
+
+
+def _encode_record_now(value: Any, pool: StepPool | None) -> Any:
     name = type(value).__name__
     if name not in _RECORDS:
         raise TypeError(f"cannot encode {name}")
@@ -301,3 +312,188 @@ def expand(data: Any, table: list[Any]) -> Any:
             parent[slot] = copy
             stack.extend((copy, i) for i in range(len(copy)))
     return root[0]
+
+
+# -- one tracker's saves, remembered between turns ----------------------------------------
+
+# Records whose encoding can be reused from one save to the next: frozen, and every field
+# that `_encode_record` reads is immutable (a call's parsed value is read only for whether
+# it is None). Their encoding never holds a Step, so it does not depend on a step pool.
+# Finding is not among them: its ``details`` is a mutable dict.
+_MEMO_TYPES: frozenset[type] = frozenset({Message, ToolCall, Step})
+# Nesting the fast writer follows before it leaves the value to `compact` (which walks any
+# depth with a stack): a state's own structure is about 8 deep (detectors, windows, records).
+MAX_WRITE_DEPTH = 64
+
+
+class _MemoEntry:
+    __slots__ = ("encoded", "fragment", "record")
+
+    def __init__(self, record: Any, encoded: Any) -> None:
+        self.record = record  # held, so its id is not reused while remembered
+        self.encoded = encoded
+        # Its compact JSON as text pieces around its long strings (`CompactWriter`).
+        self.fragment: tuple[tuple[str, ...], tuple[str, ...]] | None = None
+
+
+class EncodeMemo:
+    """The encoded records (and their compact JSON) of one tracker's last save.
+
+    A sidecar saves each session after every turn, and most of what a state holds (recent
+    messages, the steps of the detectors' windows) is the same record objects as at the
+    previous save: re-encoding, re-walking and re-escaping them was most of a save's cost
+    (issue 11). Records are frozen, so an encoding found by identity is the one `encode`
+    would make again. After each save only the records that save used are kept, so the
+    memo holds no more than the tracker's current state refers to.
+    """
+
+    def __init__(self) -> None:
+        self._entries: dict[int, _MemoEntry] = {}
+        self._used: dict[int, _MemoEntry] = {}
+        self.by_encoded: dict[int, _MemoEntry] = {}
+        # One save at a time per tracker (the sidecar's session lock already ensures it).
+        self.lock = threading.Lock()
+
+    def encoded(self, record: Any) -> Any:
+        key = id(record)
+        entry = self._used.get(key) or self._entries.get(key)
+        if entry is None or entry.record is not record:
+            entry = _MemoEntry(record, _encode_record_now(record, None))
+            self.by_encoded[id(entry.encoded)] = entry
+        self._used[key] = entry
+        return entry.encoded
+
+    @contextlib.contextmanager
+    def active(self) -> Iterator[EncodeMemo]:
+        """Encode records through this memo (in this thread) until the block ends; then
+        forget the records the block did not use."""
+        token = _ACTIVE_MEMO.set(self)
+        try:
+            yield self
+        finally:
+            _ACTIVE_MEMO.reset(token)
+            self._entries, self._used = self._used, {}
+            self.by_encoded = {id(e.encoded): e for e in self._entries.values()}
+
+
+_ACTIVE_MEMO: ContextVar[EncodeMemo | None] = ContextVar("judge_encode_memo", default=None)
+
+
+class CannotWrite(Exception):
+    """A value the fast writer leaves to `compact` and pydantic (a non-finite float, a
+    subclass of a JSON type, deep nesting), so the output stays what they make of it."""
+
+
+_escape: Callable[[str], str] = json.encoder.encode_basestring  # C-accelerated where built
+_VALUE_REF_OPEN = '{"\\u0000s":'
+_KEY_REF_OPEN = '"\\u0000#'
+
+
+class CompactWriter:
+    """JSON text of `compact`'s output, written in one pass without building it.
+
+    The same data as ``json.dumps(compact(data))`` (long strings by position into a table
+    of distinct strings, keys starting with NUL escaped), without scrubbing: for states whose
+    strings need none (a restored tracker's, or redaction off). Records remembered by an
+    `EncodeMemo` are written once and their text reused, their long strings put back in
+    the table at each save.
+    """
+
+    def __init__(self, memo: EncodeMemo | None = None, *, fragment: bool = False) -> None:
+        self.out: list[str] = []
+        self.table: dict[str, int] = {}  # a long string's JSON text -> its position
+        self._memo = memo
+        self._fragment = fragment
+        self._splits: list[int] = []
+        self._longs: list[str] = []
+
+    def _ref(self, escaped: str) -> None:
+        if self._fragment:
+            self._splits.append(len(self.out))
+            self._longs.append(escaped)
+            self.out.append("")
+            return
+        at = self.table.get(escaped)
+        if at is None:
+            at = self.table[escaped] = len(self.table)
+        self.out.append(str(at))
+
+    def _splice(self, entry: _MemoEntry, depth: int) -> None:
+        if entry.fragment is None:
+            inner = CompactWriter(self._memo, fragment=True)
+            inner._write_dict(entry.encoded, depth)
+            bounds = [*inner._splits, len(inner.out)]
+            pieces: list[str] = []
+            last = 0
+            for at in bounds:
+                pieces.append("".join(inner.out[last:at]))
+                last = at + 1
+            entry.fragment = (tuple(pieces), tuple(inner._longs))
+        parts, longs = entry.fragment
+        out = self.out
+        out.append(parts[0])
+        for position, escaped in enumerate(longs):
+            self._ref(escaped)
+            out.append(parts[position + 1])
+
+    def write(self, value: Any, depth: int = 0) -> None:
+        kind = type(value)
+        out = self.out
+        if kind is str:
+            if len(value) >= INTERN_MIN_CHARS:
+                out.append(_VALUE_REF_OPEN)
+                self._ref(_escape(value))
+                out.append("}")
+            else:
+                out.append(_escape(value))
+        elif kind is dict:
+            entry = self._memo.by_encoded.get(id(value)) if self._memo is not None else None
+            if entry is not None and entry.encoded is value:
+                self._splice(entry, depth)
+            else:
+                self._write_dict(value, depth)
+        elif kind is list:
+            if depth > MAX_WRITE_DEPTH:
+                raise CannotWrite("nested too deep")
+            out.append("[")
+            for position, item in enumerate(value):
+                if position:
+                    out.append(",")
+                self.write(item, depth + 1)
+            out.append("]")
+        elif value is None:
+            out.append("null")
+        elif kind is bool:
+            out.append("true" if value else "false")
+        elif kind is int:
+            out.append(int.__repr__(value))
+        elif kind is float and math.isfinite(value):
+            out.append(float.__repr__(value))
+        else:
+            raise CannotWrite(f"cannot write {kind.__name__}")
+
+    def _write_dict(self, value: dict[Any, Any], depth: int) -> None:
+        if depth > MAX_WRITE_DEPTH:
+            raise CannotWrite("nested too deep")
+        out = self.out
+        out.append("{")
+        first = True
+        for k, v in value.items():
+            if type(k) is not str:
+                raise CannotWrite("a key that is not text")
+            if not first:
+                out.append(",")
+            first = False
+            if len(k) >= INTERN_MIN_CHARS:
+                out.append(_KEY_REF_OPEN)
+                self._ref(_escape(k))
+                out.append('":')
+            else:
+                out.append(_escape(_NUL + k if k.startswith(_NUL) else k))
+                out.append(":")
+            self.write(v, depth + 1)
+        out.append("}")
+
+    def strings_json(self) -> str:
+        """The table of long strings as a JSON array, in position order."""
+        return "[" + ",".join(self.table) + "]"

@@ -40,7 +40,7 @@ from pydantic import (
     model_validator,
 )
 
-from judge._codec import compact, decode, encode, expand
+from judge._codec import CannotWrite, CompactWriter, EncodeMemo, compact, decode, encode, expand
 from judge.errors import StateError
 from judge.history import bounded
 from judge.llm.breaker import BreakerSnapshot
@@ -280,6 +280,45 @@ class TrackerState(BaseModel):
         data, strings = fit_state(data, self._max_bytes, scrub)
         data["strings"] = strings
         return data
+
+    def fast_json(self, memo: EncodeMemo | None = None) -> bytes | None:
+        """This state's serialized JSON (``model_dump_json``'s content) in one pass, or None
+        when only the full path can write it.
+
+        The full path builds the compact form as data, measures it with a JSON pass and has
+        pydantic write a third; a sidecar pays that at every turn (issue 11). This writes
+        the text at once, reusing the text of records ``memo`` remembers. It serves states
+        that need no scrubbing (a restored tracker's, whose strings were read redacted, or
+        redaction off) and fit the byte cap; anything else (scrubbing, shedding, a value
+        pydantic writes its own way) returns None, for `model_dump_json`.
+        """
+        redactor = self._redactor
+        if redactor is not None and not self.read_redacted:
+            return None  # strings to scrub, each through the save's own scrubber
+        writer = CompactWriter(memo)
+        out = writer.out
+        out.append("{")
+        try:
+            for name, field in type(self).model_fields.items():
+                if name == "stream" and redactor is not None:
+                    # The one part read raw (see _compact): scrubbed as the full path does.
+                    value: Any = expand(*compact(self.stream, redacted_by(redactor)))
+                elif name == "redacted":
+                    value = redactor is not None
+                else:
+                    value = getattr(self, name)
+                    if isinstance(value, BaseModel):
+                        value = value.model_dump(mode="json")
+                out.append(f'"{field.alias or name}":')
+                writer.write(value)
+                out.append(",")
+            out.append('"strings":')
+            out.append(writer.strings_json())
+            out.append("}")
+            data = "".join(out).encode("utf-8")
+        except (CannotWrite, UnicodeEncodeError):
+            return None
+        return data if len(data) <= self._max_bytes else None
 
     @model_validator(mode="before")
     @classmethod

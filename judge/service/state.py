@@ -11,12 +11,15 @@ and the decompressed size is capped, so a planted value cannot exhaust memory ei
 from __future__ import annotations
 
 import json
+import threading
+import weakref
 import zlib
 from dataclasses import dataclass
 from typing import Any
 
 from pydantic import ValidationError
 
+from judge._codec import EncodeMemo
 from judge.config import TrackerConfig
 from judge.errors import StateError
 from judge.llm._litellm import LLMClient
@@ -59,8 +62,32 @@ def new_tracker(config: TrackerConfig, client: LLMClient | None = None) -> LoopT
 
 
 def dump_tracker(tracker: LoopTracker) -> bytes:
-    """Serialize everything the tracker remembers about its conversation (plain JSON)."""
-    return tracker.state.model_dump_json().encode("utf-8")
+    """Serialize everything the tracker remembers about its conversation (plain JSON).
+
+    A session's tracker is saved after every turn, and most of its state is the same
+    records as at the last save: they are encoded and written once (`EncodeMemo`, one per
+    tracker) and the state's JSON is written in one pass (`TrackerState.fast_json`), which
+    took a 30-turn session's save from about 5.5 to under 1 ms (issue 11). A state that
+    pass cannot write (to be scrubbed or shed) takes the full path, with the same content.
+    """
+    memo = _memo_for(tracker)
+    with memo.lock, memo.active():
+        state = tracker.state
+        data = state.fast_json(memo)
+    return data if data is not None else state.model_dump_json().encode("utf-8")
+
+
+# Each live tracker's save memo, forgotten with the tracker.
+_SAVE_MEMOS: weakref.WeakKeyDictionary[LoopTracker, EncodeMemo] = weakref.WeakKeyDictionary()
+_SAVE_MEMOS_LOCK = threading.Lock()  # sessions are saved from several worker threads
+
+
+def _memo_for(tracker: LoopTracker) -> EncodeMemo:
+    with _SAVE_MEMOS_LOCK:
+        memo = _SAVE_MEMOS.get(tracker)
+        if memo is None:
+            memo = _SAVE_MEMOS[tracker] = EncodeMemo()
+    return memo
 
 
 def load_tracker(

@@ -1,0 +1,183 @@
+"""The one-pass save (`TrackerState.fast_json`, with a tracker's `EncodeMemo`) writes the
+same state as the full path (issue 11: a sidecar saves every turn).
+
+Pinned on the recorded and handmade trajectories replayed as the sidecar runs them (each
+turn appended, saved with `dump_session`): every save reads back to the same state as
+``model_dump_json``, a tracker restored from it continues alike, and what it cannot write
+(scrubbing, shedding, non-finite numbers) falls back to the full path.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import zlib
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from judge import LoopTracker, TrackerConfig
+from judge._codec import CannotWrite, CompactWriter, EncodeMemo, compact, expand
+from judge.evaluation.replay import assistant_turn_ends
+from judge.service.state import (
+    SESSION_FORMAT,
+    dump_session,
+    dump_tracker,
+    load_session,
+    new_tracker,
+    stored_tail,
+)
+from judge.state import TrackerState
+from judge.trajectories.dataset import load_dataset
+
+pytestmark = pytest.mark.anyio
+
+CONFIG = TrackerConfig(semantic="off")
+DATA = Path(__file__).resolve().parent.parent / "evals" / "data"
+# Trajectories replayed (every TRAJECTORY_STRIDE-th of the recorded and handmade sets):
+# each of the seven sources comes up, in a few seconds.
+TRAJECTORY_STRIDE = 9
+GITHUB_PAT = "ghp_" + "a1B2c3D4e5F6g7H8i9J0k1L2m3N4o5P6q7R8"
+
+
+def _trajectories() -> list[Any]:
+    folders = [p for p in DATA.glob("recorded/*") if p.is_dir()] + [DATA / "handmade"]
+    trajectories, _ = load_dataset(folders)
+    return list(trajectories)[::TRAJECTORY_STRIDE]
+
+
+def _read(data: bytes | str) -> dict[str, Any]:
+    """A serialized state as the loader sees it: validated, then dumped without compacting."""
+    state = TrackerState.model_validate_json(data)
+    return {name: getattr(state, name) for name in type(state).model_fields}
+
+
+def _full(tracker: LoopTracker) -> bytes:
+    return tracker.state.model_dump_json().encode("utf-8")
+
+
+async def test_recorded_saves_read_back_as_the_full_path_writes_them() -> None:
+    saves = 0
+    for trajectory in _trajectories():
+        messages = trajectory.messages
+        tracker = new_tracker(CONFIG)
+        for end in assistant_turn_ends(messages) or [len(messages)]:
+            await tracker.turn_started(messages[:end])
+            fast = dump_tracker(tracker)  # through the tracker's memo, reused turn to turn
+            assert _read(fast) == _read(_full(tracker))
+            saves += 1
+        restored = LoopTracker.from_state(CONFIG, fast.decode("utf-8"))
+        assert _read(dump_tracker(restored)) == _read(fast)
+    assert saves > 100
+
+
+async def test_a_restored_session_continues_alike() -> None:
+    history: list[dict[str, Any]] = [{"role": "user", "content": "Publish the release."}]
+    live = new_tracker(CONFIG)
+    length, tail = 0, None
+    verdicts = []
+    for n in range(12):
+        call = {
+            "id": f"c{n}",
+            "type": "function",
+            "function": {"name": "bash", "arguments": json.dumps({"cmd": "npm publish"})},
+        }
+        history.append({"role": "assistant", "content": None, "tool_calls": [call]})
+        history.append({"role": "tool", "tool_call_id": f"c{n}", "content": "403 Forbidden"})
+        verdict = await live.turn_started(history)
+        length, tail = len(history), stored_tail(live, history[-1])
+        blob = dump_session(live, length, tail)
+        restored = load_session(CONFIG, blob).tracker
+        assert _read(dump_tracker(restored)) == _read(_full(live))
+        verdicts.append(verdict.looping)
+        live = restored  # the next turn runs on what was saved
+    assert any(verdicts)
+
+
+async def test_no_secret_in_a_fast_save() -> None:
+    tracker = new_tracker(CONFIG)
+    history: list[dict[str, Any]] = [{"role": "user", "content": f"token {GITHUB_PAT} please"}]
+    for n in range(6):
+        call = {
+            "id": f"c{n}",
+            "type": "function",
+            "function": {
+                "name": "bash",
+                "arguments": json.dumps({"cmd": f"curl -H 'Authorization: {GITHUB_PAT}'"}),
+            },
+        }
+        history.append({"role": "assistant", "content": None, "tool_calls": [call]})
+        history.append({"role": "tool", "tool_call_id": f"c{n}", "content": f"no: {GITHUB_PAT}"})
+        await tracker.turn_started(history)
+        blob = dump_session(tracker, len(history), stored_tail(tracker, history[-1]))
+        text = zlib.decompress(blob[len(SESSION_FORMAT) :]).decode("utf-8")
+        assert GITHUB_PAT[4:14] not in text
+        assert GITHUB_PAT[4:14].lower() not in text.lower()
+        assert _read(json.dumps(json.loads(text)["state"])) == _read(_full(tracker))
+
+
+async def test_an_unrestored_tracker_takes_the_scrubbing_path() -> None:
+    tracker = LoopTracker(CONFIG)  # reads raw: its save must scrub every string
+    await tracker.turn_started([{"role": "user", "content": f"key {GITHUB_PAT}"}])
+    assert tracker.state.fast_json() is None
+    assert GITHUB_PAT not in dump_tracker(tracker).decode("utf-8")
+
+
+async def test_a_state_over_its_cap_is_shed_by_the_full_path() -> None:
+    config = CONFIG.model_copy(update={"max_state_bytes": 4096})
+    tracker = new_tracker(config)
+    history = [{"role": "user", "content": "word " * 4000}]
+    await tracker.turn_started(history)
+    assert tracker.state.fast_json() is None
+    assert len(dump_tracker(tracker)) <= 4096 + 1024  # the full path's estimate, shed
+
+
+def test_the_writer_matches_compact_on_awkward_data() -> None:
+    long = "x" * 60
+    data = {
+        "\x00nul": [long, long, "short", 1, 2.5, True, None],
+        long: {"$dict": {"\x00\x00k": long + "y"}},
+        "nested": [[[[{"a": "é\u2028\n\x00"}]]]],
+        "big": 10**30,
+    }
+    writer = CompactWriter()
+    writer.write(data)
+    text = "".join(writer.out)
+    packed, strings = compact(data)
+    assert expand(json.loads(text), json.loads(writer.strings_json())) == data
+    assert expand(packed, strings) == data
+    for awkward in (math.inf, math.nan, (1, 2), {1: "a"}):
+        with pytest.raises(CannotWrite):
+            CompactWriter().write({"v": awkward})
+
+
+def test_the_writer_refuses_deep_nesting() -> None:
+    deep: Any = "leaf"
+    for _ in range(200):
+        deep = [deep]
+    with pytest.raises(CannotWrite, match="deep"):
+        CompactWriter().write(deep)
+
+
+async def test_the_memo_keeps_only_the_last_save() -> None:
+    tracker = new_tracker(CONFIG)
+    history: list[dict[str, Any]] = [{"role": "user", "content": "Read every file."}]
+    memo = EncodeMemo()
+    sizes = []
+    for n in range(90):
+        call = {
+            "id": f"c{n}",
+            "type": "function",
+            "function": {"name": "read", "arguments": json.dumps({"path": f"f{n}.py"})},
+        }
+        history.append({"role": "assistant", "content": f"Reading {n}.", "tool_calls": [call]})
+        history.append({"role": "tool", "tool_call_id": f"c{n}", "content": f"body {n}"})
+        await tracker.turn_started(history)
+        with memo.active():
+            state = tracker.state
+            fast = state.fast_json(memo)
+        assert fast is not None and _read(fast) == _read(_full(tracker))
+        sizes.append(len(memo.by_encoded))
+    # Bounded by the windows the tracker keeps, not by the turns seen.
+    assert max(sizes[60:]) <= max(sizes[:60])
