@@ -42,8 +42,16 @@ PYTHON = Path(sys.executable)
 LOOP_JUDGE = PYTHON.with_name("loop-judge")
 
 
-def _env() -> dict[str, str]:
-    return {k: v for k, v in os.environ.items() if not k.startswith("LOOP_JUDGE_")}
+def _env(pycache: Path | None = None) -> dict[str, str]:
+    """The children's environment: no LOOP_JUDGE_* settings of ours. With ``pycache``,
+    bytecode is written there and read back (PYTHONPYCACHEPREFIX), as an installed package
+    has it: a checkout under PYTHONDONTWRITEBYTECODE would otherwise recompile every module
+    edited since its .pyc was written, in every timed process."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LOOP_JUDGE_")}
+    if pycache is not None:
+        env.pop("PYTHONDONTWRITEBYTECODE", None)
+        env["PYTHONPYCACHEPREFIX"] = str(pycache)
+    return env
 
 
 def _session(tmp: Path) -> tuple[Path, Path, dict[str, dict[str, Any]]]:
@@ -91,18 +99,28 @@ def _children_cpu() -> float:
 
 
 def _cold(
-    command: list[str], payload: bytes, runs: int, reset: Callable[[], None] | None = None
+    command: list[str],
+    payload: bytes,
+    runs: int,
+    reset: Callable[[], None] | None = None,
+    pycache: Path | None = None,
 ) -> tuple[float, float]:
     """Median wall and CPU (user + system) seconds of ``runs`` fresh processes fed
     ``payload`` on stdin; ``reset`` runs before each, untimed. CPU time is about what the
-    hook costs on an idle machine; wall time is what the agent waited on this one."""
+    hook costs on an idle machine; wall time is what the agent waited on this one. With
+    ``pycache`` (see `_env`), one untimed run first writes the bytecode."""
     walls, cpus = [], []
+    env = _env(pycache)
+    if pycache is not None:
+        if reset is not None:
+            reset()
+        subprocess.run(command, input=payload, capture_output=True, env=env)
     for _ in range(runs):
         if reset is not None:
             reset()
         cpu = _children_cpu()
         start = time.perf_counter()
-        proc = subprocess.run(command, input=payload, capture_output=True, env=_env())
+        proc = subprocess.run(command, input=payload, capture_output=True, env=env)
         walls.append(time.perf_counter() - start)
         cpus.append(_children_cpu() - cpu)
         if proc.returncode != 0 or proc.stderr:
@@ -126,7 +144,8 @@ def main() -> None:
             shutil.rmtree(saved, ignore_errors=True)
             shutil.copytree(state, saved)
 
-        wall, cpu = _cold([str(PYTHON), "-c", "pass"], b"", args.runs)
+        pycache = tmp / "pycache"
+        wall, cpu = _cold([str(PYTHON), "-c", "pass"], b"", args.runs, pycache=pycache)
         print(f"{'python -c pass':58} wall {wall * 1000:5.0f} ms  cpu {cpu * 1000:5.0f} ms")
         commands = {
             "loop-judge hook claude-code": [str(LOOP_JUDGE), "hook", "claude-code"],
@@ -138,7 +157,7 @@ def main() -> None:
             for name, event in events.items():
                 payload = json.dumps(event).encode()
                 argv = [*command, "--state-dir", str(saved)]
-                wall, cpu = _cold(argv, payload, args.runs, reset)
+                wall, cpu = _cold(argv, payload, args.runs, reset, pycache)
                 print(f"{label:45} {name:12} wall {wall * 1000:5.0f} ms  cpu {cpu * 1000:5.0f} ms")
         for name, event in events.items():
             times = []

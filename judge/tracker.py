@@ -11,8 +11,6 @@ import logging
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-import anyio
-
 from judge.config import TrackerConfig
 from judge.conversation import Conversation
 from judge.detectors.base import SUSPICION_CAP, Detector, Finding
@@ -31,14 +29,19 @@ from judge.llm.pair import JudgeOutcome, TwoStageJudge, preload_litellm
 from judge.llm.transcript import fit_prompt
 from judge.response.ladder import LadderState, OverrideRecord
 from judge.response.responder import LoopCallback, Responder
-from judge.response.stats import TrackerStats
-from judge.response.telemetry import Telemetry
 from judge.schedule import Schedule
-from judge.state import MAX_STATE_BYTES, STATE_VERSION, TrackerState, redacting_reader
 from judge.verdict import Verdict
 
 if TYPE_CHECKING:
+    import anyio
+
     from judge.llm._litellm import LLMClient, Sleep
+    from judge.response.stats import TrackerStats
+    from judge.response.telemetry import Telemetry
+    from judge.state import TrackerState
+
+# judge.state (the saved state's model and codec) is imported by `state` and `from_state`
+# only: a tracker that is never saved never pays for it (issue 11: ~16 ms of the cold start).
 
 logger = logging.getLogger("judge.tracker")
 
@@ -110,9 +113,8 @@ class LoopTracker:
         # It also owns the redactor (built on first use), the one every text leaving the
         # tracker goes through: the judge's prompt, the verdicts and the logs.
         self._responder = Responder(cfg, on_loop=on_loop, telemetry=telemetry, name=name)
-        # fast_acquire: no event-loop round trip when uncontended (the usual case), which
-        # otherwise costs more than the whole turn.
-        self._lock = anyio.Lock(fast_acquire=True)
+        # The turn lock, made when a turn first awaits the judge (`_lock`).
+        self._turn_lock: anyio.Lock | None = None
         # Judge health and spending outlive reset(): they belong to the endpoint and the
         # tracker's owner, not to one conversation.
         self._breaker = CircuitBreaker(
@@ -194,6 +196,8 @@ class LoopTracker:
         stopped. Not included: the judge client, callbacks and telemetry (pass them again)
         and the known-loop memory (a file of its own).
         """
+        from judge.state import MAX_STATE_BYTES, STATE_VERSION, TrackerState
+
         ladder, stats = self._responder.snapshot()
         calls_used, tokens_used = self._budget.snapshot()
         return TrackerState(
@@ -223,6 +227,8 @@ class LoopTracker:
         `StateError` for a state that cannot be read (pydantic's ``ValidationError`` for
         one that is not a `TrackerState` at all).
         """
+        from judge.state import STATE_VERSION, TrackerState
+
         if isinstance(state, str):
             state = TrackerState.model_validate_json(state)
         elif isinstance(state, dict):
@@ -250,6 +256,8 @@ class LoopTracker:
         # The state holds redacted text: read what is new the same way (judge/state.py).
         redactor = self._responder.redactor()
         if redactor is not None and state.redacted:
+            from judge.state import redacting_reader
+
             self._conversation.read_redacted(redacting_reader(redactor))
         self._suite.restore(state.detectors)
         self._stream.restore(state.stream)
@@ -267,14 +275,27 @@ class LoopTracker:
 
     # -- per turn -----------------------------------------------------------------------
 
+    @property
+    def _lock(self) -> anyio.Lock:
+        """The lock a turn holds while it awaits the judge, made on first use: until a
+        turn awaits, no turn can overlap another, and a tracker without a judge never
+        imports anyio for it (issue 11: ~12 ms of a hook's cold start). fast_acquire: no
+        event-loop round trip when uncontended (the usual case), which otherwise costs
+        more than the whole turn."""
+        if self._turn_lock is None:
+            import anyio
+
+            self._turn_lock = anyio.Lock(fast_acquire=True)
+        return self._turn_lock
+
     async def turn_started(self, history: Any) -> Verdict:
         """Count one turn and say whether the agent is looping.
 
         Raises `HistoryError` for a malformed history (a bug in the caller); never raises
         for a judge failure or an ``on_loop`` callback's, which are reported on the verdict.
         """
-        lock = self._lock
-        if lock.locked():
+        lock = self._turn_lock
+        if lock is not None and lock.locked():
             # Another turn is awaiting the judge: this one waits, then runs whole.
             async with lock:
                 verdict = await self._turn(history)
@@ -288,7 +309,7 @@ class LoopTracker:
             if found.loop is not None:
                 verdict = self._loop_verdict(found.loop)
             else:
-                async with lock:
+                async with self._lock:
                     verdict = await self._judged(found)
         # Outside the lock: the on_loop callback may take its time, or call override().
         return await self._responder.settle(verdict)

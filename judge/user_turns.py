@@ -26,7 +26,12 @@ from enum import Enum
 from hashlib import blake2b
 
 from judge.history import OBSERVATION_NAME, Message
-from judge.response.recovery import RECOVERY_FENCE
+
+# How every shipped recovery template opens (judge/response/recovery.py re-exports it): the
+# tracker knows its own message by this when an agent appends it to the history as a user
+# message. Defined here, where every turn reads it, so that reading a turn does not import
+# the recovery texts, needed only on a loop verdict (issue 11, cold start).
+RECOVERY_FENCE = "```loop-judge"
 
 # How text-only agents mark tool output in a user message; only the opening is read, so
 # the check is O(1) whatever the message's length.

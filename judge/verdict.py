@@ -43,7 +43,9 @@ class JudgeCall(BaseModel):
     from these.
     """
 
-    model_config = ConfigDict(frozen=True)
+    # defer_build: the schema is built on the first validation, not at import: a turn
+    # without a judge check never validates one (issue 11, cold start).
+    model_config = ConfigDict(frozen=True, defer_build=True)
 
     model: str
     stage: JudgeStage
@@ -75,7 +77,10 @@ class Verdict(BaseModel):
     on construction); `origin` and `detector` are its typed parts.
     """
 
-    model_config = ConfigDict(frozen=True)
+    # defer_build: a quiet turn's verdict is `all_clear`, which validates nothing, so a
+    # process that only ever sees quiet turns never builds this schema (issue 11: ~8 ms of
+    # every cold start, the hook's included).
+    model_config = ConfigDict(frozen=True, defer_build=True)
 
     looping: bool = False
     source: str | None = Field(
@@ -110,7 +115,7 @@ class Verdict(BaseModel):
         than the rest of a quiet turn. Equal to the validated one in every field, fields
         set included, with lists of its own (tested)."""
         verdict = cls.__new__(cls)
-        fields = dict(_CLEAR_FIELDS)
+        fields = dict(_CLEAR_FIELDS or _clear_fields())
         fields["turn"], fields["suspicion"] = int(turn), float(suspicion)
         fields["evidence"], fields["judge_calls"], fields["errors"] = [], [], []
         _set_attribute(verdict, "__dict__", fields)
@@ -149,5 +154,15 @@ class Verdict(BaseModel):
 
 # The fields of a validated all-clear verdict, copied by `Verdict.all_clear`; object's own
 # __setattr__ sets what the frozen model's refuses, as pydantic's model_construct does.
-_CLEAR_FIELDS: dict[str, object] = dict(Verdict().__dict__)
+_CLEAR_FIELDS: dict[str, object] = {}
 _set_attribute = object.__setattr__
+
+
+def _clear_fields() -> dict[str, object]:
+    """The field defaults, in field order: what ``Verdict()`` holds (defaults are not
+    validated, ``validate_default`` is off), read without building the schema."""
+    _CLEAR_FIELDS.update(
+        (name, info.get_default(call_default_factory=True))
+        for name, info in Verdict.model_fields.items()
+    )
+    return _CLEAR_FIELDS

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
@@ -59,15 +60,31 @@ __all__ = [
 
 # The command that takes the fast path (see the module doc).
 HOOK_COMMAND = "hook"
+# pydantic's switch for its plugins (pydantic/plugin/_loader.py): "__all__" turns all off.
+PLUGINS_ENV = "PYDANTIC_DISABLE_PLUGINS"
 
 
 def _run_hook(argv: list[str]) -> int:
+    """The hook command. Its process is ours and lives for one event, so pydantic's plugin
+    scan (every installed distribution's entry points, read at the first schema build,
+    ~12 ms of each call: issue 11) is skipped, unless the environment already sets
+    ``PYDANTIC_DISABLE_PLUGINS`` (the user's choice wins). Set for this call only: a
+    process that called `main` keeps its plugins afterwards (pydantic caches no answer
+    while they are off, and one that already scanned keeps its own). The library itself
+    never sets it."""
     from judge.cli import hook
 
-    parser = argparse.ArgumentParser(prog="loop-judge")
-    hook.add_parser(parser.add_subparsers(dest="command", required=True))
-    args = parser.parse_args(argv)
-    return int(args.func(args, None))
+    preset = PLUGINS_ENV in os.environ
+    if not preset:
+        os.environ[PLUGINS_ENV] = "__all__"
+    try:
+        parser = argparse.ArgumentParser(prog="loop-judge")
+        hook.add_parser(parser.add_subparsers(dest="command", required=True))
+        args = parser.parse_args(argv)
+        return int(args.func(args, None))
+    finally:
+        if not preset:
+            os.environ.pop(PLUGINS_ENV, None)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -39,7 +39,7 @@ import re
 import sys
 import tempfile
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Coroutine, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from hashlib import blake2b
 from pathlib import Path
@@ -826,6 +826,24 @@ def hook_config() -> TrackerConfig:
     return TrackerConfig(semantic="off")
 
 
+def _run_without_loop(turn: Coroutine[Any, Any, HookAnswer]) -> HookAnswer:
+    """Run a judge-less event's coroutine to its end without an event loop.
+
+    Without a judge model the tracker never awaits anything that suspends (no judge check;
+    the hook passes no ``on_loop``), so the coroutine ends on its first step. Starting an
+    event loop for it (``anyio.run``) cost every PostToolUse and Stop ~50 ms of imports
+    (asyncio and anyio's backend) and loop set-up (issue 11). Should it ever suspend, it
+    is closed and this raises: the caller saves no state, so nothing is half-recorded.
+    """
+    try:
+        turn.send(None)
+    except StopIteration as done:
+        answer: HookAnswer = done.value
+        return answer
+    turn.close()
+    raise RuntimeError("a judge-less hook turn awaited an event loop")
+
+
 def handle_payload(
     payload: Any, *, state_dir: Path | str | None = None, config: TrackerConfig | None = None
 ) -> HookAnswer:
@@ -834,8 +852,6 @@ def handle_payload(
     Raises `HookInputError` for a payload that is not a hook event, `TimeoutError` when
     the session stays locked; the command turns every error into "no opinion".
     """
-    import anyio
-
     import judge.tracker  # noqa: F401 - imported before the lock, not while others wait
     from judge.response.telemetry import Telemetry
 
@@ -848,7 +864,11 @@ def handle_payload(
         session = HookSession(config, store.load(path), telemetry=Telemetry())
         if event.name == PRE_TOOL_USE:
             answer = session.preflight(event)  # no event loop to start: the common case
+        elif not config.judge_enabled:
+            answer = _run_without_loop(session.answer(event))
         else:
+            import anyio
+
             answer = anyio.run(session.answer, event)
         if event.name != PRE_TOOL_USE or answer:
             store.save(path, session.state)  # an allowed preflight changes nothing

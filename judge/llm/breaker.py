@@ -14,7 +14,7 @@ from collections.abc import Callable
 from datetime import datetime, timedelta, timezone
 from enum import Enum
 
-from pydantic import BaseModel
+from pydantic import BaseModel, ConfigDict
 
 # Three failed checks in a row: one failure is a blip that the next scheduled check
 # (min_interval turns later) rides out, two may still be a short 5xx burst; a third means
@@ -36,6 +36,9 @@ class BreakerState(str, Enum):
 class BreakerSnapshot(BaseModel):
     """The circuit breaker, with the cool-down as time left: monotonic clocks of two
     processes cannot be compared."""
+
+    # Built on first validation (a saved state), not at import (issue 11, cold start).
+    model_config = ConfigDict(defer_build=True)
 
     failures: int = 0
     state: str = "closed"

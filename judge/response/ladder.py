@@ -34,7 +34,7 @@ from collections.abc import Callable, Sequence
 from enum import Enum
 from typing import TYPE_CHECKING
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from judge.verdict import Action, LoopKind
 
@@ -73,6 +73,11 @@ DEFAULT_RECOVERY_TURNS = 5
 # doubles it, and the third disables the pattern for the session (issue 6: friction grows).
 DEFAULT_SILENCE_TURNS = 10
 OVERRIDES_TO_DISABLE = 3
+# The ladder's models build their pydantic schema on first validation, not at import: a
+# tracker starts from defaults (`model_construct`, no validation) and validates a
+# `PatternState` or a `Step` only on a loop verdict, so a quiet process never builds them
+# (issue 11: ~8 ms of every cold start).
+_DEFERRED = ConfigDict(defer_build=True)
 # The pattern of every loop the LLM judge finds: it names no call, so all its verdicts are
 # one loop for counting and overriding.
 LLM_PATTERN = "llm"
@@ -105,6 +110,8 @@ def level_for(action: Action, rung: int) -> RecoveryLevel:
 class PatternState(BaseModel):
     """What the ladder knows about one loop pattern in this session."""
 
+    model_config = _DEFERRED
+
     label: str = Field(description="the latest summary of this loop, for 'approaches tried'")
     kind: LoopKind | None = None
     detections: int = 0
@@ -121,6 +128,8 @@ class PatternState(BaseModel):
 class OverrideRecord(BaseModel):
     """A person's "keep going" for one pattern, as recorded by `Ladder.override`."""
 
+    model_config = _DEFERRED
+
     pattern: str
     reason: str
     turn: int = Field(description="session turn of the override")
@@ -136,6 +145,8 @@ class LadderState(BaseModel):
     Pattern keys are the detectors' pattern strings, which quote the looping call's
     arguments: treat a saved state like the conversation it came from.
     """
+
+    model_config = _DEFERRED
 
     turn: int = Field(default=0, description="session turns (never reset by a new prompt)")
     detections: int = 0
@@ -154,6 +165,8 @@ class LadderState(BaseModel):
 class LadderPolicy(BaseModel):
     """The ladder's settings (from `TrackerConfig`)."""
 
+    model_config = _DEFERRED
+
     mode: ResponseMode = ResponseMode.GRADUATED
     ladder: tuple[Action, ...] = DEFAULT_LADDER
     overall_every: int = Field(default=DEFAULT_OVERALL_EVERY, ge=1)
@@ -163,6 +176,8 @@ class LadderPolicy(BaseModel):
 
 class Step(BaseModel):
     """The ladder's answer for one detection."""
+
+    model_config = _DEFERRED
 
     action: Action
     level: RecoveryLevel
@@ -175,6 +190,12 @@ class Step(BaseModel):
     tried: list[str] = Field(
         default_factory=list, description="labels of the loops flagged so far, newest first"
     )
+
+
+def _fresh_state() -> LadderState:
+    """``LadderState()`` without validating its defaults (they are not validated anyway:
+    ``validate_default`` is off), so the schema waits until a state is read or saved."""
+    return LadderState.model_construct()
 
 
 def _as_is(text: str) -> str:
@@ -195,15 +216,15 @@ class Ladder:
         *,
         redactor: Callable[[], Redactor | None] | None = None,
     ):
-        self.policy = policy or LadderPolicy()
-        self.state = state or LadderState()
+        self.policy = policy or LadderPolicy.model_construct()
+        self.state = state or _fresh_state()
         # The tracker's redactor (built on first use): an override record keeps the
         # person's reason and the loop's pattern and label, which may quote a secret, and
         # outlives the turn (tracker.overrides, the saved state).
         self._redactor = redactor
 
     def reset(self) -> None:
-        self.state = LadderState()
+        self.state = _fresh_state()
 
     # -- turns ---------------------------------------------------------------------------
 

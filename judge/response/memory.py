@@ -27,7 +27,7 @@ from collections.abc import Iterator
 from contextlib import closing, contextmanager
 from pathlib import Path
 
-from pydantic import BaseModel
+from pydantic import BaseModel, ConfigDict
 
 from judge.detectors.base import Finding
 from judge.detectors.outcome import classify, result_key
@@ -59,6 +59,9 @@ CREATE TABLE IF NOT EXISTS fingerprints (
 
 class MemoryEntry(BaseModel):
     """One remembered loop pattern, as stored."""
+
+    # Built when the first entry is read, not at import (issue 11, cold start).
+    model_config = ConfigDict(defer_build=True)
 
     fingerprint: str
     detector: str

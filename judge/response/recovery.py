@@ -23,6 +23,7 @@ from judge._prompts import read_json, read_text
 from judge.config import DEFAULT_RECOVERY_MAX_CHARS
 from judge.detectors.base import Finding
 from judge.response.ladder import RecoveryLevel, Step
+from judge.user_turns import RECOVERY_FENCE as RECOVERY_FENCE  # re-exported: its home
 from judge.verdict import Action, JudgeCall
 
 LLM_RECOVERY_FILE = "recovery_llm.md"
@@ -54,9 +55,6 @@ LIST_ITEMS = (5, 4, 3, 2, 1)
 EXPLANATION_FIELD_CHARS = 160
 # A fence inside a field would close ours early; this replaces it.
 _FENCE = "```"
-# How every shipped recovery template opens: the tracker knows its own message by this
-# when an agent appends it to the history as a user message (as the README shows).
-RECOVERY_FENCE = "```loop-judge"
 _FENCE_SAFE = "'''"
 _SECTION = re.compile(r"^## (\S+)\s*$", re.MULTILINE)
 

@@ -18,7 +18,6 @@ import dataclasses
 import inspect
 import itertools
 import logging
-import sqlite3
 from collections import Counter, OrderedDict
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any, TypeAlias
@@ -30,14 +29,17 @@ from judge.history import Message
 from judge.llm.pair import JudgeOutcome
 from judge.response.ladder import LLM_PATTERN, Ladder, LadderPolicy, LadderState, OverrideRecord
 from judge.response.ladder import Step as LadderStep
-from judge.response.memory import LoopMemory
-from judge.response.recovery import OPINION_CHARS, for_finding, for_judge, judge_opinion
 from judge.response.stats import TrackerStats
 from judge.response.telemetry import Telemetry
 from judge.verdict import Action, JudgeCall, LoopKind, Origin, Verdict
 
 if TYPE_CHECKING:
     from judge.llm.redaction import Redactor
+    from judge.response.memory import LoopMemory
+
+# Imported where used, not here (issue 11, cold start): the known-loop memory (sqlite3)
+# only with a memory_path, the recovery texts (templates, their patterns) only on a loop
+# verdict. Most processes, and every quiet turn, need neither.
 
 logger = logging.getLogger("judge.response")
 VERDICT_LOGGER = "judge"
@@ -113,8 +115,10 @@ class Responder:
     ) -> None:
         self.config = config
         self.name = tracker_name(name)
+        # model_construct: every value comes from the validated config, whose bounds are
+        # the policy's own, so validating again would only build the policy's schema.
         self.ladder = Ladder(
-            LadderPolicy(
+            LadderPolicy.model_construct(
                 mode=config.response_mode,
                 ladder=config.ladder,
                 overall_every=config.ladder_overall_every,
@@ -123,9 +127,11 @@ class Responder:
             ),
             redactor=self.redactor,
         )
-        self.stats = TrackerStats()
-        self.telemetry = telemetry if telemetry is not None else Telemetry.default()
+        self.stats = TrackerStats.model_construct()
+        self.telemetry = telemetry if telemetry is not None else Telemetry.deferred()
         if memory is None and config.memory_path is not None:
+            from judge.response.memory import LoopMemory
+
             memory = LoopMemory(config.memory_path)
         self.memory = memory
         self._on_loop = on_loop
@@ -336,6 +342,8 @@ class Responder:
         step = self.ladder.escalate(finding.pattern, label=finding.summary, kind=finding.kind)
         errors: list[str] = []
         if self.memory is not None:
+            import sqlite3
+
             try:
                 self.memory.record_loop(finding)
             except (sqlite3.Error, OSError) as exc:
@@ -364,6 +372,8 @@ class Responder:
         errors: list[str] | None = None,
         evidence: bool = True,
     ) -> Verdict:
+        from judge.response.recovery import for_finding
+
         found = for_finding(finding, step, budget=self.config.recovery_max_chars)
         return Verdict(
             looping=True,
@@ -405,6 +415,8 @@ class Responder:
             self.stats.recoveries_succeeded += 1
         if not outcome.looping or deciding is None or self.ladder.silenced(LLM_PATTERN):
             return Verdict(**common)
+        from judge.response.recovery import OPINION_CHARS, for_judge, judge_opinion
+
         # The label is quoted back to the agent in later recovery messages: only the
         # judge's words that survive judge_opinion, never its raw text.
         label = "no progress (LLM judge): " + judge_opinion(deciding.analysis, OPINION_CHARS // 2)
@@ -506,6 +518,8 @@ class Responder:
     def _remember_recovery(self, verdict: Verdict, pattern: str, *, succeeded: bool) -> Verdict:
         if self.memory is None or pattern == LLM_PATTERN:
             return verdict
+        import sqlite3
+
         try:
             self.memory.record_recovery(pattern, succeeded=succeeded)
         except (sqlite3.Error, OSError) as exc:

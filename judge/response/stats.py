@@ -6,7 +6,7 @@ tracker's owner's bill and the detectors' behaviour, not one conversation.
 
 from __future__ import annotations
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from judge.verdict import Verdict
 
@@ -16,6 +16,10 @@ UNSPECIFIED_KIND = "unspecified"
 
 class TrackerStats(BaseModel):
     """Running totals; every number is a plain count or sum, safe to export as metrics."""
+
+    # Built on first validation (a restore, a copy read back), not at import: a tracker
+    # starts from `model_construct` (issue 11, cold start).
+    model_config = ConfigDict(defer_build=True)
 
     turns: int = 0
     checks: int = Field(default=0, description="judge checks run (each is 1-2 model calls)")

@@ -87,6 +87,14 @@ class Telemetry:
             trace_api=trace,
         )
 
+    @classmethod
+    def deferred(cls) -> Telemetry:
+        """`default`, looked up at the first event (a judge check or a loop verdict) rather
+        than now: a tracker whose turns are all quiet never imports opentelemetry (issue 11:
+        ~7 ms of a cold start). The API's global tracer and meter are proxies that follow a
+        provider set later, so looking them up later changes nothing else."""
+        return _Deferred()
+
     @property
     def enabled(self) -> bool:
         return self.tracer is not None or bool(self._instruments)
@@ -193,3 +201,24 @@ class Telemetry:
             instrument.add(value, attributes=attributes)
         else:
             instrument.record(value, attributes=attributes)
+
+
+class _Deferred(Telemetry):
+    """`Telemetry.deferred`: becomes `Telemetry.default` when first asked whether it is on
+    (every event asks first)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._resolved = False
+
+    @property
+    def enabled(self) -> bool:
+        if not self._resolved:
+            self._resolved = True
+            real = Telemetry.default()
+            self.tracer, self._trace_api, self._instruments = (
+                real.tracer,
+                real._trace_api,
+                real._instruments,
+            )
+        return super().enabled

@@ -1,0 +1,124 @@
+"""What a fresh process pays before loop-judge answers its first turn (issue 11).
+
+Every CLI run and every Claude Code hook event is a new process, and a script that builds
+one tracker pays the same once. This prints, side by side, the medians of ``--runs`` fresh
+processes for: ``import judge``; building the first ``LoopTracker`` (its ``TrackerConfig``
+included: that is where pydantic is imported and its first schema built); the first
+``turn_started`` with no judge model, run by ``anyio.run`` as the README shows (so it
+includes starting an event loop, which an agent already inside one does not pay); their
+sum; and the Claude Code hook's cold start per event (`bench_hook`'s session, 40 tool calls
+in). Two rows give the scale: ``python -c pass``, and the floor that no change of ours can
+go under while `TrackerConfig` is a pydantic model: importing pydantic and anyio, building
+one small model and running an empty ``anyio.run``.
+
+Bytecode is compiled once into a temporary PYTHONPYCACHEPREFIX first (`bench_hook._env`),
+so the figures are an installed package's, not a checkout recompiling edited modules.
+
+Run from the repository root:  .venv/bin/python evals/bench_cold_start.py [--runs 15]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from bench_hook import LOOP_JUDGE, PYTHON, _cold, _env, _session
+
+# Fresh processes per row: the median of 15 is stable to a few ms on a shared 2-core box.
+RUNS = 15
+
+# Times its three steps in one fresh process and prints them as JSON (milliseconds).
+_STEPS = """
+import time
+t0 = time.perf_counter()
+import judge
+t1 = time.perf_counter()
+tracker = judge.LoopTracker(judge.TrackerConfig(semantic="off"))
+t2 = time.perf_counter()
+import anyio
+history = [
+    {"role": "user", "content": "hi"},
+    {"role": "assistant", "content": "x", "tool_calls": [
+        {"id": "a", "type": "function", "function": {"name": "ls", "arguments": "{}"}}]},
+    {"role": "tool", "tool_call_id": "a", "content": "ok"},
+]
+anyio.run(tracker.turn_started, history)
+t3 = time.perf_counter()
+print(__import__("json").dumps({"import": t1 - t0, "tracker": t2 - t1, "turn": t3 - t2}))
+"""
+
+# The floor: what pydantic and anyio cost before any code of ours runs.
+_FLOOR = """
+import time
+t0 = time.perf_counter()
+import anyio, pydantic
+class Config(pydantic.BaseModel):
+    model_config = pydantic.ConfigDict(extra="forbid", frozen=True)
+    limit: int = 1
+    name: str | None = None
+    tools: tuple[str, ...] = ()
+Config()
+async def turn() -> None:
+    pass
+anyio.run(turn)
+print(__import__("json").dumps({"floor": time.perf_counter() - t0}))
+"""
+
+
+def _steps(code: str, runs: int, pycache: Path) -> dict[str, float]:
+    """Median seconds of each step ``code`` reports, over ``runs`` fresh processes."""
+    env = _env(pycache)
+    subprocess.run([str(PYTHON), "-c", code], check=True, capture_output=True, env=env)
+    samples: dict[str, list[float]] = {}
+    for _ in range(runs):
+        out = subprocess.run(
+            [str(PYTHON), "-c", code], check=True, capture_output=True, text=True, env=env
+        ).stdout
+        for name, seconds in json.loads(out).items():
+            samples.setdefault(name, []).append(seconds)
+    return {name: statistics.median(values) for name, values in samples.items()}
+
+
+def _row(label: str, seconds: float) -> None:
+    print(f"{label:52} {seconds * 1000:6.0f} ms")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=RUNS)
+    args = parser.parse_args()
+    tmp = Path(tempfile.mkdtemp(prefix="bench-cold-"))
+    try:
+        pycache = tmp / "pycache"
+        wall, _ = _cold([str(PYTHON), "-c", "pass"], b"", args.runs, pycache=pycache)
+        _row("python -c pass", wall)
+        _row("floor: pydantic + one model + anyio.run", _steps(_FLOOR, args.runs, pycache)["floor"])
+        steps = _steps(_STEPS, args.runs, pycache)
+        _row("import judge", steps["import"])
+        _row("first LoopTracker(TrackerConfig(semantic='off'))", steps["tracker"])
+        _row("first turn_started (anyio.run, no judge model)", steps["turn"])
+        _row("import + tracker + first turn", sum(steps.values()))
+        _, state, events = _session(tmp)
+        saved = tmp / "saved"
+
+        def reset() -> None:
+            shutil.rmtree(saved, ignore_errors=True)
+            shutil.copytree(state, saved)
+
+        command = [str(LOOP_JUDGE), "hook", "claude-code", "--state-dir", str(saved)]
+        for name, event in events.items():
+            payload = json.dumps(event).encode()
+            wall, _ = _cold(command, payload, args.runs, reset, pycache)
+            _row(f"hook cold start: loop-judge hook claude-code {name}", wall)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
