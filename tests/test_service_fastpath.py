@@ -196,3 +196,71 @@ async def test_the_first_authorization_header_counts_as_in_fastapi(counted: Coun
             ],
         )
         assert (await client.send(request)).status_code == 200
+
+
+def threaded_turns(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Count the turns handed to a worker thread (`TurnRunner.run`)."""
+    from judge.service.worker import TurnRunner
+
+    calls: list[int] = []
+    original = TurnRunner.run
+
+    async def counting(runner: TurnRunner, work: Any) -> Any:
+        calls.append(1)
+        return await original(runner, work)
+
+    monkeypatch.setattr(TurnRunner, "run", counting)
+    return calls
+
+
+def heuristics_app(**settings: Any) -> Any:
+    config = TrackerConfig(semantic="off")
+    return create_app(ServerSettings(server_token=TOKEN, **settings), MemoryStore(config))
+
+
+async def test_small_turns_run_on_the_loop_and_big_ones_in_threads(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from judge.service.app import INLINE_MAX_BODY_BYTES
+
+    threaded = threaded_turns(monkeypatch)
+    history = failing_repeat_history(N_TURNS)
+    async with httpx.AsyncClient(
+        transport=httpx.ASGITransport(app=heuristics_app()),
+        base_url="http://localhost",
+        headers={"Authorization": f"Bearer {TOKEN}"},
+    ) as c:
+        # Append turns, each a couple of small messages: all inline, verdicts as the library's.
+        expected = await library_verdicts(history)
+        got, start = [], 0
+        for h in prefixes(history, N_TURNS):
+            r = await post(c, "small", {"messages": h[start:], "start": start})
+            assert r.status_code == 200, r.text
+            got.append(Verdict.model_validate(r.json()))
+            start = len(h)
+        assert [v.model_dump(exclude={"timing"}) for v in got] == [
+            v.model_dump(exclude={"timing"}) for v in expected
+        ]
+        assert threaded == []
+        # A body over the inline bound goes to a worker thread.
+        big = [{"role": "user", "content": "x" * INLINE_MAX_BODY_BYTES}]
+        assert (await post(c, "big", {"messages": big})).status_code == 200
+        assert threaded == [1]
+
+
+@pytest.mark.parametrize(
+    ("settings", "config"),
+    [
+        ({"turn_cpu_budget_s": 0.5}, TrackerConfig(semantic="off")),  # budget too tight
+        ({}, TrackerConfig(semantic="off", fast_model="openai/gpt-4o-mini")),  # judge checks
+    ],
+    ids=["tight-budget", "judge-model"],
+)
+def test_turns_stay_in_threads_where_the_loop_would_not_bound_them(
+    settings: dict[str, Any], config: TrackerConfig
+) -> None:
+    from judge.service.app import inline_allowed
+
+    store = MemoryStore(config)
+    assert not inline_allowed(store, ServerSettings(server_token=TOKEN, **settings))
+    assert inline_allowed(store, ServerSettings(server_token=TOKEN)) is not bool(config.fast_model)

@@ -68,6 +68,18 @@ RETRY_AFTER_S = 1
 # Paths answered whatever the Host header says: load balancers and orchestrators probe
 # by IP address, and liveness reveals nothing about any session.
 HOST_EXEMPT_PATHS = frozenset({"/healthz"})
+# A turn this small runs inline on the event loop instead of in a worker thread: the hop
+# to a thread cost ~0.17 ms of the loop's CPU plus a GIL hand-over, more than half of a
+# short turn's own 0.27 ms in the tracker (cProfile of the server, issue 11). An append
+# turn is 2-4 messages, 0.5-3 KB of JSON (evals/bench_sidecar.py sends ~0.6 KB), and the
+# detectors' cost is linear in new text (issue 11), so a turn within both bounds holds
+# the loop for about a millisecond at worst; anything larger keeps to the threads.
+INLINE_MAX_BODY_BYTES = 4 * 1024
+INLINE_MAX_MESSAGES = 8
+# An inline turn cannot be stopped mid-way, so turns stay on the watched threads when the
+# CPU budget is below this: a budget that tight means the operator wants every turn
+# bounded, and 1 s is hundreds of times what an inline turn costs.
+INLINE_MIN_BUDGET_S = 1.0
 
 
 class TurnRequest(BaseModel):
@@ -328,7 +340,8 @@ class FastTurns:
         if plain is None:
             await self.app(scope, _replay(body, receive), send)
             return
-        response = await self.handler.respond(principal, match[1], *plain)
+        small = len(body) <= INLINE_MAX_BODY_BYTES and len(plain[0]) <= INLINE_MAX_MESSAGES
+        response = await self.handler.respond(principal, match[1], *plain, small=small)
         await response(scope, receive, send)
 
 
@@ -357,11 +370,15 @@ class TurnHandler:
         runner: TurnRunner,
         metrics: Metrics,
         principals: dict[bytes, str] | None,
+        *,
+        inline: bool = False,
     ) -> None:
         self.store = store
         self.runner = runner
         self.metrics = metrics
         self.principals = principals
+        # Whether small turns may run on the event loop (`inline_allowed`).
+        self.inline = inline
 
     def principal(self, authorization: bytes | None) -> str | None:
         """The principal of an Authorization header, None when it names none (the route
@@ -377,16 +394,25 @@ class TurnHandler:
         return self.principals.get(_digest(token))
 
     async def run(
-        self, principal: str, session_id: str, messages: list[dict[str, Any]], start: int | None
+        self,
+        principal: str,
+        session_id: str,
+        messages: list[dict[str, Any]],
+        start: int | None,
+        *,
+        small: bool = False,
     ) -> bytes:
-        """The verdict's JSON; raises what the route's exception handlers answer."""
+        """The verdict's JSON; raises what the route's exception handlers answer.
+
+        ``small``: the request is within `INLINE_MAX_BODY_BYTES` and `INLINE_MAX_MESSAGES`,
+        so it runs on the event loop when this handler allows it (`inline_allowed`).
+        """
         started = time.perf_counter()
         async with self.store.open(store_key(principal, session_id)) as session:
             history = messages if start is None else appended_history(session, start, messages)
+            work = partial(run_turn, session, history, self.store.persists)
             try:
-                outcome = await self.runner.run(
-                    partial(run_turn, session, history, self.store.persists)
-                )
+                outcome = await (work() if small and self.inline else self.runner.run(work))
             except TurnOverBudget:
                 session.discard()  # stopped mid-way: the tracker may be half-updated
                 raise
@@ -394,10 +420,16 @@ class TurnHandler:
         return outcome.body
 
     async def respond(
-        self, principal: str, session_id: str, messages: list[dict[str, Any]], start: int | None
+        self,
+        principal: str,
+        session_id: str,
+        messages: list[dict[str, Any]],
+        start: int | None,
+        *,
+        small: bool = False,
     ) -> Response:
         try:
-            body = await self.run(principal, session_id, messages, start)
+            body = await self.run(principal, session_id, messages, start, small=small)
         except (HistoryError, StoreError, AppendConflict, TurnOverBudget) as exc:
             return self.error_response(exc)
         return Response(body, media_type="application/json")
@@ -515,6 +547,29 @@ def _store_error_response(exc: StoreError) -> Response:
     return _json_error(status, {"detail": str(exc)}, **{"Retry-After": str(RETRY_AFTER_S)})
 
 
+def inline_allowed(store: ServedStore, settings: ServerSettings) -> bool:
+    """Whether this server may run small turns on its event loop.
+
+    Only where a small turn's work is small and pure Python: not with a judge model (a
+    check builds and redacts a prompt over the recent window, then waits for the model),
+    not with the semantic detector (an ONNX embedding per message, which releases the GIL
+    and so runs beside the loop in a thread), not in a store that persists (the Redis
+    store encodes the session's whole state each turn, ~6 ms), and not under a CPU budget
+    tight enough that a turn on the loop, which nothing can stop, could exceed it.
+    """
+    from judge.detectors import embeddings
+
+    config = store.config
+    semantic = config.semantic == "on" or (config.semantic == "auto" and embeddings.available())
+    budget = settings.turn_cpu_budget_s
+    return not (
+        store.persists
+        or config.fast_model
+        or semantic
+        or (budget is not None and budget < INLINE_MIN_BUDGET_S)
+    )
+
+
 def _served(store: SessionStore) -> ServedStore:
     if not isinstance(store, ServedStore):
         raise TypeError(
@@ -563,7 +618,9 @@ def create_app(
     app.state.principals = (
         {_digest(token.encode()): name for token, name in tokens.items()} if tokens else None
     )
-    handler = TurnHandler(served, runner, metrics, app.state.principals)
+    handler = TurnHandler(
+        served, runner, metrics, app.state.principals, inline=inline_allowed(served, settings)
+    )
     app.front = HostCheck(
         BodyLimit(FastTurns(app._inner, handler), max_bytes=settings.max_body_bytes),
         names=settings.host_names(),
