@@ -25,7 +25,6 @@ from judge.history import (
 )
 from judge.llm.breaker import CircuitBreaker, Clock, skip_message
 from judge.llm.budget import JudgeBudget
-from judge.llm.pair import JudgeOutcome, TwoStageJudge, preload_litellm
 from judge.llm.transcript import fit_prompt
 from judge.response.ladder import LadderState, OverrideRecord
 from judge.response.responder import LoopCallback, Responder
@@ -36,6 +35,7 @@ if TYPE_CHECKING:
     import anyio
 
     from judge.llm._litellm import LLMClient, Sleep
+    from judge.llm.pair import JudgeOutcome, TwoStageJudge
     from judge.response.stats import TrackerStats
     from judge.response.telemetry import Telemetry
     from judge.state import TrackerState
@@ -80,6 +80,10 @@ class LoopTracker:
         cfg = self.config
         self._judge: TwoStageJudge | None = None
         if cfg.fast_model:
+            # The judge's machinery (and anyio, which it awaits with) only with a judge
+            # model: a heuristics-only process never imports it (issue 11, cold start).
+            from judge.llm.pair import TwoStageJudge, preload_litellm
+
             prepare = None
             if client is None:
                 # litellm (seconds to import) is wanted only at the first check, turn 30 at

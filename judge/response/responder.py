@@ -26,7 +26,6 @@ from judge.config import TrackerConfig
 from judge.detectors.base import LOOP_SCORE, SUSPICION_CAP, Finding, short
 from judge.detectors.suite import NOTHING_FOUND, SINGLE_SCORE, Assessment, combine
 from judge.history import Message
-from judge.llm.pair import JudgeOutcome
 from judge.response.ladder import LLM_PATTERN, Ladder, LadderPolicy, LadderState, OverrideRecord
 from judge.response.ladder import Step as LadderStep
 from judge.response.stats import TrackerStats
@@ -34,6 +33,7 @@ from judge.response.telemetry import Telemetry
 from judge.verdict import Action, JudgeCall, LoopKind, Origin, Verdict
 
 if TYPE_CHECKING:
+    from judge.llm.pair import JudgeOutcome
     from judge.llm.redaction import Redactor
     from judge.response.memory import LoopMemory
 
