@@ -15,7 +15,6 @@ code, named by field). An unknown ``LOOP_JUDGE_*`` variable (a typo: ``FASTMODEL
 
 from __future__ import annotations
 
-import difflib
 import json
 import logging
 import os
@@ -255,6 +254,8 @@ def unknown_variables() -> list[str]:
 
 def closest_variable(name: str) -> str | None:
     """The known LOOP_JUDGE_* variable ``name`` is most likely a typo of, if any is close."""
+    import difflib  # only when a variable is unknown: not on every process's path
+
     # Compared without the shared prefix, which would make every name look alike.
     suffixes = [known.removeprefix(ENV_PREFIX) for known in known_variables()]
     wanted = name.upper().removeprefix(ENV_PREFIX)
