@@ -111,8 +111,19 @@ def _decode_call(fields: dict[str, Any]) -> ToolCall:
 def _encode_record(value: Any, pool: StepPool | None) -> Any:
     memo = _ACTIVE_MEMO.get()
     if memo is not None and type(value) in _MEMO_TYPES:
-        return memo.encoded(value)
+        return memo.encoded(value, _encode_record_now)
     return _encode_record_now(value, pool)
+
+
+def _flat(value: tuple[Any, ...]) -> bool:
+    """A tuple of scalars and such tuples alone: immutable, and its encoding needs no pool."""
+    if type(value) is not tuple:
+        return False
+    return all(type(v) in _FLAT or (type(v) is tuple and _flat(v)) for v in value)
+
+
+def _encode_flat_tuple(value: tuple[Any, ...], pool: StepPool | None) -> Any:
+    return {"$tuple": [encode(v) for v in value]}
 
 
 def _encode_record_now(value: Any, pool: StepPool | None) -> Any:
@@ -133,6 +144,9 @@ def encode(value: Any, pool: StepPool | None = None) -> Any:
     if value is None or isinstance(value, (bool, int, float, str)):
         return value
     if isinstance(value, tuple):
+        memo = _ACTIVE_MEMO.get()
+        if memo is not None and _flat(value):
+            return memo.encoded(value, _encode_flat_tuple)
         return {"$tuple": [encode(v, pool) for v in value]}
     if isinstance(value, deque):
         return {"$deque": [encode(v, pool) for v in value], "maxlen": value.maxlen}
@@ -321,6 +335,9 @@ def expand(data: Any, table: list[Any]) -> Any:
 # it is None). Their encoding never holds a Step, so it does not depend on a step pool.
 # Finding is not among them: its ``details`` is a mutable dict.
 _MEMO_TYPES: frozenset[type] = frozenset({Message, ToolCall, Step})
+# Tuples of these alone are remembered too (the detectors' windows keep (signature, key)
+# pairs and token tuples turn after turn); a tuple holding anything else is encoded anew.
+_FLAT: frozenset[type] = frozenset({str, int, float, bool, type(None)})
 # Nesting the fast writer follows before it leaves the value to `compact` (which walks any
 # depth with a stack): a state's own structure is about 8 deep (detectors, windows, records).
 MAX_WRITE_DEPTH = 64
@@ -354,11 +371,12 @@ class EncodeMemo:
         # One save at a time per tracker (the sidecar's session lock already ensures it).
         self.lock = threading.Lock()
 
-    def encoded(self, record: Any) -> Any:
+    def encoded(self, record: Any, make: Callable[[Any, StepPool | None], Any]) -> Any:
+        """``record``'s encoding: the one remembered for this very object, else ``make``'s."""
         key = id(record)
         entry = self._used.get(key) or self._entries.get(key)
         if entry is None or entry.record is not record:
-            entry = _MemoEntry(record, _encode_record_now(record, None))
+            entry = _MemoEntry(record, make(record, None))
             self.by_encoded[id(entry.encoded)] = entry
         self._used[key] = entry
         return entry.encoded
