@@ -67,7 +67,7 @@ def dump_tracker(tracker: LoopTracker) -> bytes:
     A session's tracker is saved after every turn, and most of its state is the same
     records as at the last save: they are encoded and written once (`EncodeMemo`, one per
     tracker) and the state's JSON is written in one pass (`TrackerState.fast_json`), which
-    took a 30-turn session's save from about 5.5 to under 1 ms (issue 11). A state that
+    took a 30-turn session's save from about 6 to about 2 ms (issue 11). A state that
     pass cannot write (to be scrubbed or shed) takes the full path, with the same content.
     """
     memo = _memo_for(tracker)
