@@ -11,8 +11,10 @@ in). Two rows give the scale: ``python -c pass``, and the floor that no change o
 go under while `TrackerConfig` is a pydantic model: importing pydantic and anyio, building
 one small model and running an empty ``anyio.run``.
 
-Bytecode is compiled once into a temporary PYTHONPYCACHEPREFIX first (`bench_hook._env`),
-so the figures are an installed package's, not a checkout recompiling edited modules.
+Each row gives wall time and CPU time (the process's own; for the hook, user + system of
+the child): on a shared machine CPU time is the steadier of the two. Bytecode is compiled
+once into a temporary PYTHONPYCACHEPREFIX first (`bench_hook._env`), so the figures are an
+installed package's, not a checkout recompiling edited modules.
 
 Run from the repository root:  .venv/bin/python evals/bench_cold_start.py [--runs 15]
 """
@@ -36,11 +38,11 @@ RUNS = 15
 # Times its three steps in one fresh process and prints them as JSON (milliseconds).
 _STEPS = """
 import time
-t0 = time.perf_counter()
+t0, c0 = time.perf_counter(), time.process_time()
 import judge
-t1 = time.perf_counter()
+t1, c1 = time.perf_counter(), time.process_time()
 tracker = judge.LoopTracker(judge.TrackerConfig(semantic="off"))
-t2 = time.perf_counter()
+t2, c2 = time.perf_counter(), time.process_time()
 import anyio
 history = [
     {"role": "user", "content": "hi"},
@@ -49,14 +51,15 @@ history = [
     {"role": "tool", "tool_call_id": "a", "content": "ok"},
 ]
 anyio.run(tracker.turn_started, history)
-t3 = time.perf_counter()
-print(__import__("json").dumps({"import": t1 - t0, "tracker": t2 - t1, "turn": t3 - t2}))
+t3, c3 = time.perf_counter(), time.process_time()
+print(__import__("json").dumps({
+    "import": [t1 - t0, c1 - c0], "tracker": [t2 - t1, c2 - c1], "turn": [t3 - t2, c3 - c2]}))
 """
 
 # The floor: what pydantic and anyio cost before any code of ours runs.
 _FLOOR = """
 import time
-t0 = time.perf_counter()
+t0, c0 = time.perf_counter(), time.process_time()
 import anyio, pydantic
 class Config(pydantic.BaseModel):
     model_config = pydantic.ConfigDict(extra="forbid", frozen=True)
@@ -67,26 +70,30 @@ Config()
 async def turn() -> None:
     pass
 anyio.run(turn)
-print(__import__("json").dumps({"floor": time.perf_counter() - t0}))
+print(__import__("json").dumps({"floor": [time.perf_counter() - t0, time.process_time() - c0]}))
 """
 
 
-def _steps(code: str, runs: int, pycache: Path) -> dict[str, float]:
-    """Median seconds of each step ``code`` reports, over ``runs`` fresh processes."""
+def _steps(code: str, runs: int, pycache: Path) -> dict[str, tuple[float, float]]:
+    """Median wall and CPU seconds of each step ``code`` reports, over ``runs`` fresh
+    processes. CPU time (the process's own) is the steadier figure on a shared machine."""
     env = _env(pycache)
     subprocess.run([str(PYTHON), "-c", code], check=True, capture_output=True, env=env)
-    samples: dict[str, list[float]] = {}
+    walls: dict[str, list[float]] = {}
+    cpus: dict[str, list[float]] = {}
     for _ in range(runs):
         out = subprocess.run(
             [str(PYTHON), "-c", code], check=True, capture_output=True, text=True, env=env
         ).stdout
-        for name, seconds in json.loads(out).items():
-            samples.setdefault(name, []).append(seconds)
-    return {name: statistics.median(values) for name, values in samples.items()}
+        for name, (wall, cpu) in json.loads(out).items():
+            walls.setdefault(name, []).append(wall)
+            cpus.setdefault(name, []).append(cpu)
+    return {name: (statistics.median(walls[name]), statistics.median(cpus[name])) for name in walls}
 
 
-def _row(label: str, seconds: float) -> None:
-    print(f"{label:52} {seconds * 1000:6.0f} ms")
+def _row(label: str, figures: tuple[float, float]) -> None:
+    wall, cpu = figures
+    print(f"{label:58} wall {wall * 1000:5.0f} ms  cpu {cpu * 1000:5.0f} ms")
 
 
 def main() -> None:
@@ -96,14 +103,14 @@ def main() -> None:
     tmp = Path(tempfile.mkdtemp(prefix="bench-cold-"))
     try:
         pycache = tmp / "pycache"
-        wall, _ = _cold([str(PYTHON), "-c", "pass"], b"", args.runs, pycache=pycache)
-        _row("python -c pass", wall)
+        _row("python -c pass", _cold([str(PYTHON), "-c", "pass"], b"", args.runs, pycache=pycache))
         _row("floor: pydantic + one model + anyio.run", _steps(_FLOOR, args.runs, pycache)["floor"])
         steps = _steps(_STEPS, args.runs, pycache)
         _row("import judge", steps["import"])
         _row("first LoopTracker(TrackerConfig(semantic='off'))", steps["tracker"])
         _row("first turn_started (anyio.run, no judge model)", steps["turn"])
-        _row("import + tracker + first turn", sum(steps.values()))
+        total = tuple(sum(step[i] for step in steps.values()) for i in (0, 1))
+        _row("import + tracker + first turn (sum of the medians)", (total[0], total[1]))
         _, state, events = _session(tmp)
         saved = tmp / "saved"
 
@@ -114,8 +121,10 @@ def main() -> None:
         command = [str(LOOP_JUDGE), "hook", "claude-code", "--state-dir", str(saved)]
         for name, event in events.items():
             payload = json.dumps(event).encode()
-            wall, _ = _cold(command, payload, args.runs, reset, pycache)
-            _row(f"hook cold start: loop-judge hook claude-code {name}", wall)
+            _row(
+                f"hook: loop-judge hook claude-code {name}",
+                _cold(command, payload, args.runs, reset, pycache),
+            )
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
