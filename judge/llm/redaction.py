@@ -773,31 +773,46 @@ class _TriggerScan:
     ``findall`` reports non-overlapping matches, each the longest trigger at its position,
     so it alone would miss a trigger that is a substring of a match or starts inside one.
     Both are restored exactly: a match implies every trigger that is a substring of it
-    (``_implied``), and a trigger that starts inside a match and runs past its end (a
+    (`implied`), and a trigger that starts inside a match and runs past its end (a
     proper suffix of the match is a proper prefix of it: "sk-" in a text matched as
     "...sk" cannot happen with today's words, but a new keyword could make it) is checked
-    on its own with ``in`` (``_straddling``). The result equals ``{t for t in triggers if
+    on its own with ``in`` (`straddling`). The result equals ``{t for t in triggers if
     t in lowered}``; the tests compare the two.
     """
 
-    __slots__ = ("_implied", "_pattern", "_straddling")
+    __slots__ = ("_implied", "_pattern", "_straddling", "_words")
 
     def __init__(self, triggers: Iterable[str]) -> None:
         words = sorted(set(triggers), key=lambda t: (-len(t), t))
         if any(not t for t in words):
             raise ValueError("a rule trigger is empty")
+        self._words = tuple(words)
         self._pattern: re.Pattern[str] | None = re.compile(_trie_pattern(words)) if words else None
-        self._implied: dict[str, frozenset[str]] = {
-            t: frozenset(u for u in words if u in t) for t in words
-        }
-        self._straddling: dict[str, tuple[str, ...]] = {
-            t: tuple(
+        # Both tables are filled per trigger the first time a text holds it: computed for
+        # every word up front they cost ~66 ms (a pass over all pairs of the ~650 words),
+        # paid by every hook process that restores a redacted state (issue 11), while a
+        # process meets a handful of triggers.
+        self._implied: dict[str, frozenset[str]] = {}
+        self._straddling: dict[str, tuple[str, ...]] = {}
+
+    def implied(self, t: str) -> frozenset[str]:
+        """The triggers that are substrings of ``t`` (``t`` among them)."""
+        found = self._implied.get(t)
+        if found is None:
+            found = self._implied[t] = frozenset(u for u in self._words if u in t)
+        return found
+
+    def straddling(self, t: str) -> tuple[str, ...]:
+        """The triggers that are not in ``t`` but could start inside it and run past its
+        end: a proper suffix of ``t`` is a proper prefix of theirs."""
+        found = self._straddling.get(t)
+        if found is None:
+            found = self._straddling[t] = tuple(
                 u
-                for u in words
+                for u in self._words
                 if u not in t and any(t.endswith(u[:n]) for n in range(1, min(len(u), len(t))))
             )
-            for t in words
-        }
+        return found
 
     def present(self, lowered: str) -> frozenset[str]:
         """The triggers that occur in ``lowered`` (a text already lowercased)."""
@@ -808,9 +823,9 @@ class _TriggerScan:
             return frozenset()
         found: set[str] = set()
         for t in matched:
-            found |= self._implied[t]
+            found |= self.implied(t)
         for t in matched:
-            for u in self._straddling[t]:
+            for u in self.straddling(t):
                 if u not in found and u in lowered:
                     found.add(u)
         return frozenset(found)
