@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Iterator
 
@@ -7,6 +8,13 @@ import pytest
 
 import judge.llm._litellm as litellm_client
 from judge.config import ENV_PREFIX
+
+with contextlib.suppress(ImportError):  # a partial install without the semantic packages
+    # Imported here, before any tracker starts the semantic detector's background load: a
+    # tracker built in one test imports numpy in that thread, and `pytest.approx` in a later
+    # test reads `sys.modules["numpy"]` without importing it, so it could find the module
+    # half-initialized ("partially initialized module 'numpy'"; README, "The detectors").
+    import numpy  # noqa: F401
 
 
 @pytest.fixture
