@@ -21,11 +21,45 @@ from uvicorn.protocols.http.h11_impl import H11Protocol
 TIMEOUT_BODY = b"request not received in time (LOOP_JUDGE_REQUEST_TIMEOUT_S)\n"
 
 
+def plain_response(status_line: bytes, body: bytes) -> bytes:
+    """A complete text/plain response that closes the connection: what a guard writes
+    straight to the transport, outside the app."""
+    return (
+        status_line
+        + b"\r\ncontent-type: text/plain\r\nconnection: close\r\ncontent-length: "
+        + str(len(body)).encode()
+        + b"\r\n\r\n"
+        + body
+    )
+
+
+class ReadDeadline:
+    """The per-request read deadline both guarded protocols share (this h11 one and
+    `judge.service.protocol_httptools`): armed when a request starts arriving, disarmed
+    when it is whole; each protocol says when, and what `_expired` answers."""
+
+    _read_deadline: asyncio.TimerHandle | None = None
+    _request_timeout_s: float
+    loop: asyncio.AbstractEventLoop
+
+    def _expired(self) -> None:
+        raise NotImplementedError
+
+    def _arm(self) -> None:
+        self._disarm()
+        self._read_deadline = self.loop.call_later(self._request_timeout_s, self._expired)
+
+    def _disarm(self) -> None:
+        if self._read_deadline is not None:
+            self._read_deadline.cancel()
+            self._read_deadline = None
+
+
 def guarded_protocol(request_timeout_s: float) -> type[H11Protocol]:
     """An `H11Protocol` subclass that enforces ``request_timeout_s`` per request."""
 
-    class GuardedH11Protocol(H11Protocol):
-        _read_deadline: asyncio.TimerHandle | None = None
+    class GuardedH11Protocol(ReadDeadline, H11Protocol):
+        _request_timeout_s = request_timeout_s
 
         def connection_made(self, transport: Any) -> None:
             super().connection_made(transport)
@@ -56,15 +90,6 @@ def guarded_protocol(request_timeout_s: float) -> type[H11Protocol]:
             else:
                 self._disarm()
 
-        def _arm(self) -> None:
-            self._disarm()
-            self._read_deadline = self.loop.call_later(request_timeout_s, self._expired)
-
-        def _disarm(self) -> None:
-            if self._read_deadline is not None:
-                self._read_deadline.cancel()
-                self._read_deadline = None
-
         def _expired(self) -> None:
             self._read_deadline = None
             if self.transport.is_closing():
@@ -72,13 +97,7 @@ def guarded_protocol(request_timeout_s: float) -> type[H11Protocol]:
             if self.conn.their_state is h11.IDLE and (
                 self.cycle is None or self.cycle.response_complete
             ):
-                self.transport.write(
-                    b"HTTP/1.1 408 Request Timeout\r\ncontent-type: text/plain\r\n"
-                    b"connection: close\r\ncontent-length: "
-                    + str(len(TIMEOUT_BODY)).encode()
-                    + b"\r\n\r\n"
-                    + TIMEOUT_BODY
-                )
+                self.transport.write(plain_response(b"HTTP/1.1 408 Request Timeout", TIMEOUT_BODY))
             self.transport.close()
             if self.cycle is not None and not self.cycle.response_complete:
                 self.cycle.disconnected = True

@@ -19,12 +19,11 @@ complete), so the deadline is armed at the first and disarmed at the last.
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
-from judge.service.protocol import TIMEOUT_BODY
+from judge.service.protocol import TIMEOUT_BODY, ReadDeadline, plain_response
 
 # h11's default max_incomplete_event_size, the cap the h11 protocol has always applied: a
 # request head (request line and headers) is a few hundred bytes; a bearer token and a
@@ -34,22 +33,11 @@ MAX_HEAD_BYTES = 16 * 1024
 HEAD_TOO_LARGE_BODY = b"request head larger than 16 KiB\n"
 
 
-def _plain_response(status_line: bytes, body: bytes) -> bytes:
-    """A complete text/plain response that closes the connection."""
-    return (
-        status_line
-        + b"\r\ncontent-type: text/plain\r\nconnection: close\r\ncontent-length: "
-        + str(len(body)).encode()
-        + b"\r\n\r\n"
-        + body
-    )
-
-
 def guarded_httptools_protocol(request_timeout_s: float) -> type[HttpToolsProtocol]:
     """An `HttpToolsProtocol` subclass with the per-request deadline and the head cap."""
 
-    class GuardedHttpToolsProtocol(HttpToolsProtocol):
-        _read_deadline: asyncio.TimerHandle | None = None
+    class GuardedHttpToolsProtocol(ReadDeadline, HttpToolsProtocol):
+        _request_timeout_s = request_timeout_s
         # A request's head has begun and is not complete; how many bytes of it came.
         _head_open = False
         _head_bytes = 0
@@ -72,7 +60,7 @@ def guarded_httptools_protocol(request_timeout_s: float) -> type[HttpToolsProtoc
                 if self._head_bytes > MAX_HEAD_BYTES and not self.transport.is_closing():
                     self._head_open = False
                     status = b"HTTP/1.1 431 Request Header Fields Too Large"
-                    self.transport.write(_plain_response(status, HEAD_TOO_LARGE_BODY))
+                    self.transport.write(plain_response(status, HEAD_TOO_LARGE_BODY))
                     self.transport.close()
 
         def on_message_begin(self) -> None:
@@ -96,15 +84,6 @@ def guarded_httptools_protocol(request_timeout_s: float) -> type[HttpToolsProtoc
             self._disarm()
             super().connection_lost(exc)
 
-        def _arm(self) -> None:
-            self._disarm()
-            self._read_deadline = self.loop.call_later(request_timeout_s, self._expired)
-
-        def _disarm(self) -> None:
-            if self._read_deadline is not None:
-                self._read_deadline.cancel()
-                self._read_deadline = None
-
         def _expired(self) -> None:
             self._read_deadline = None
             if self.transport.is_closing():
@@ -112,7 +91,7 @@ def guarded_httptools_protocol(request_timeout_s: float) -> type[HttpToolsProtoc
             answering = self.cycle is not None and not self.cycle.response_complete
             if not answering and not self._body_coming():
                 status = b"HTTP/1.1 408 Request Timeout"
-                self.transport.write(_plain_response(status, TIMEOUT_BODY))
+                self.transport.write(plain_response(status, TIMEOUT_BODY))
             self.transport.close()
             if answering:
                 self.cycle.disconnected = True
