@@ -23,6 +23,7 @@ from judge import LoopTracker, TrackerConfig, Verdict
 from judge.service.settings import DEFAULT_LOCK_LEASE_S
 from judge.service.state import dump_tracker, load_tracker
 from judge.service.store import (
+    INDEX_REFRESH_FRACTION,
     MemoryStore,
     RedisStore,
     SessionBusy,
@@ -288,6 +289,41 @@ async def test_session_state_expires_and_is_indexed(redis_url: str, prefix: str)
         assert await store.live_sessions() == 1
     finally:
         await store.aclose()
+
+
+async def test_index_is_refreshed_once_per_interval_not_every_save(
+    redis_url: str, prefix: str
+) -> None:
+    """Saves within INDEX_REFRESH_FRACTION of the TTL skip the index (one command, not a
+    pipeline of two); a later save, another replica's, or a session that left this
+    replica's cache puts its score back, so the gauge never loses a session it holds."""
+    now = [1_000.0]
+    ttl = 600.0
+    refresh = ttl * INDEX_REFRESH_FRACTION
+    store = replica(redis_url, prefix, session_ttl_s=ttl, clock=lambda: now[0])
+    other = replica(redis_url, prefix, session_ttl_s=ttl, clock=lambda: now[0])
+    history = failing_repeat_history(3)
+
+    async def score() -> float | None:
+        return await store._redis.zscore(f"{prefix}sessions", "s")
+
+    try:
+        await turn(store, "s", history[:2])
+        assert await score() == 1_000.0
+        now[0] += refresh / 2
+        await turn(store, "s", history[:4])
+        assert await score() == 1_000.0  # skipped: refreshed less than an interval ago
+        now[0] += refresh
+        await turn(store, "s", history[:6])
+        assert await score() == now[0]
+        now[0] += 1
+        await turn(other, "s", history)  # not in the other replica's cache: indexed
+        assert await score() == now[0]
+        now[0] += ttl - refresh  # idle almost a TTL: still counted
+        assert await store.live_sessions() == 1
+    finally:
+        await store.aclose()
+        await other.aclose()
 
 
 async def test_busy_session_and_lost_lock(redis_url: str, prefix: str) -> None:

@@ -84,6 +84,12 @@ REDIS_POOL_WAIT_S = 20.0
 # renew, save under or release the lock.
 TOKEN_BYTES = 16
 
+# The live-session index (the metrics gauge's) is refreshed by a session's saves at most
+# once per this fraction of the idle TTL: a session then leaves the gauge at most 1/60 of
+# its TTL early (1 minute of the default hour), and most turns save in one command
+# instead of a pipeline of two (issue 11).
+INDEX_REFRESH_FRACTION = 1 / 60
+
 # Each turn costs two round trips: one script takes the lock and reads the session, one
 # saves it and releases the lock (redis-py's Lock took four: acquire, read, save, release,
 # and each command costs the server's loop ~0.1 ms of redis-py besides the wait).
@@ -161,6 +167,8 @@ class Session(SessionData):
 
     blob: bytes | None = None
     discarded: bool = False
+    # When this replica last put the session in the live-session index (`RedisStore`).
+    indexed_at: float | None = None
 
     def discard(self) -> None:
         self.discarded = True
@@ -451,6 +459,7 @@ class RedisStore:
         self._redis = redis
         self._ttl_ms = max(1, round(session_ttl_s * 1000))
         self._ttl_s = session_ttl_s
+        self._index_refresh_s = session_ttl_s * INDEX_REFRESH_FRACTION
         self._lease = lock_lease_s
         self._wait = lock_wait_s
         self._prefix = key_prefix
@@ -459,7 +468,6 @@ class RedisStore:
         self._clock = clock
         self._lease_ms = max(1, round(lock_lease_s * 1000))
         self._lock_and_read = redis.register_script(_LOCK_AND_READ)
-        self._save_and_unlock = redis.register_script(_SAVE_AND_UNLOCK)
         self._renew_script = redis.register_script(_RENEW)
         self._unlock = redis.register_script(_UNLOCK)
         self._cache: OrderedDict[str, tuple[bytes, Session]] = OrderedDict()
@@ -559,15 +567,22 @@ class RedisStore:
             timer.cancel()
             if renewal is not None:
                 renewal.cancel()
+            # EVAL with the script's text, not a registered script: redis-py runs a
+            # pipeline holding one after a SCRIPT EXISTS round trip of its own, a third of
+            # a turn's Redis traffic (issue 11). Redis compiles the text once and keeps it
+            # by digest, and EVAL cannot miss a script that a restart or SCRIPT FLUSH lost.
+            save = (_SAVE_AND_UNLOCK, 2, lock_key, session_key, token, generation, blob)
+            now = self._clock()
+            indexed = session.indexed_at
             with _redis_errors(key):
-                async with self._redis.pipeline(transaction=False) as pipe:
-                    await self._save_and_unlock(
-                        keys=[lock_key, session_key],
-                        args=[token, generation, blob, self._ttl_ms],
-                        client=pipe,
-                    )
-                    pipe.zadd(self._index, {key: self._clock()})
-                    ok, _ = await pipe.execute()
+                if indexed is not None and now - indexed < self._index_refresh_s:
+                    ok = await self._redis.eval(*save, self._ttl_ms)
+                else:
+                    async with self._redis.pipeline(transaction=False) as pipe:
+                        pipe.eval(*save, self._ttl_ms)
+                        pipe.zadd(self._index, {key: now})
+                        ok, _ = await pipe.execute()
+                    indexed = now
             if not ok:
                 raise SessionLockLost(
                     f"session {key!r}: lock expired or session deleted during the "
@@ -575,7 +590,7 @@ class RedisStore:
                     session_id=key,
                 )
             saved = True
-            session.blob = None
+            session.blob, session.indexed_at = None, indexed
             self._cache[key] = (generation, session)
             while len(self._cache) > self._cache_size:
                 self._cache.popitem(last=False)
