@@ -136,3 +136,18 @@ def alternation_history(n_turns: int) -> list[dict[str, Any]]:
 def prefixes(history: list[dict[str, Any]], n_turns: int) -> list[list[dict[str, Any]]]:
     """The history at the start of each of ``n_turns`` turns, as an agent would send it."""
     return [history[: 2 + 2 * i] for i in range(1, n_turns + 1)]
+
+
+def threaded_turns(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Count the turns handed to a worker thread (`TurnRunner.run`)."""
+    from judge.service.worker import TurnRunner
+
+    calls: list[int] = []
+    original = TurnRunner.run
+
+    async def counting(runner: TurnRunner, work: Any) -> Any:
+        calls.append(1)
+        return await original(runner, work)
+
+    monkeypatch.setattr(TurnRunner, "run", counting)
+    return calls

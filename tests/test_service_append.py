@@ -27,6 +27,7 @@ from tests.serving import (
     failing_repeat_history,
     prefixes,
     redis_server,
+    threaded_turns,
     tool_turn,
     unique_prefix,
 )
@@ -54,8 +55,8 @@ def memory_app() -> Any:
     return create_app(ServerSettings(server_token=TOKEN), MemoryStore(TrackerConfig()))
 
 
-def redis_app(url: str, prefix: str) -> Any:
-    store = RedisStore(TrackerConfig(), url=url, key_prefix=prefix)
+def redis_app(url: str, prefix: str, config: TrackerConfig | None = None) -> Any:
+    store = RedisStore(config or TrackerConfig(), url=url, key_prefix=prefix)
     return create_app(ServerSettings(server_token=TOKEN), store)
 
 
@@ -100,6 +101,49 @@ async def test_appended_turns_match_full_turns_and_the_library(
             got.append(Verdict.model_validate(r.json()))
     assert got == expected
     assert any(got)
+
+
+async def test_redis_turns_run_inline_while_the_state_they_save_is_small(
+    redis_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A small append turn of a Redis session runs on the event loop when the state its
+    save writes is known to be small (fresh, or saved here within INLINE_MAX_STATE_BYTES);
+    a session this replica did not save last, or a big state, goes to a worker thread.
+    Verdicts are the library's either way."""
+    from judge.service import app as app_module
+
+    threaded = threaded_turns(monkeypatch)
+    history = failing_repeat_history(N_TURNS)
+    config = TrackerConfig(semantic="off")  # the ONNX model keeps turns in threads
+    tracker = LoopTracker(config)
+    expected = [await tracker.turn_started(h) for h in prefixes(history, N_TURNS)]
+    prefix = unique_prefix()
+    pair = [redis_app(redis_url, prefix, config), redis_app(redis_url, prefix, config)]
+    bodies = appends(history, N_TURNS)
+    got = []
+    try:
+        async with client_for(pair[0]) as first, client_for(pair[1]) as second:
+            for body in bodies[:4]:  # fresh, then saved here: small states
+                got.append(await _verdict(first, body))
+            assert threaded == []
+            got.append(await _verdict(second, bodies[4]))  # read from Redis: size unknown
+            assert threaded == [1]
+            got.append(await _verdict(second, bodies[5]))  # saved there since: inline
+            assert threaded == [1]
+            monkeypatch.setattr(app_module, "INLINE_MAX_STATE_BYTES", 100)
+            for body in bodies[6:]:
+                got.append(await _verdict(second, body))
+            assert len(threaded) == 1 + len(bodies[6:])
+    finally:
+        for app in pair:
+            await app.state.store.aclose()
+    assert got == expected
+
+
+async def _verdict(client: httpx.AsyncClient, body: dict[str, Any]) -> Verdict:
+    r = await client.post("/v1/sessions/inline/turns", json=body)
+    assert r.status_code == 200, r.text
+    return Verdict.model_validate(r.json())
 
 
 async def test_a_start_that_does_not_fit_is_409_and_a_full_history_recovers(

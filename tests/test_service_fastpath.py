@@ -19,7 +19,7 @@ from judge import LoopTracker, TrackerConfig, Verdict
 from judge.service.app import SidecarApp, create_app
 from judge.service.settings import ServerSettings
 from judge.service.store import MemoryStore
-from tests.serving import alternation_history, failing_repeat_history, prefixes
+from tests.serving import alternation_history, failing_repeat_history, prefixes, threaded_turns
 
 pytestmark = pytest.mark.anyio
 TOKEN = "fast-token-0123456789abcdef"
@@ -196,21 +196,6 @@ async def test_the_first_authorization_header_counts_as_in_fastapi(counted: Coun
             ],
         )
         assert (await client.send(request)).status_code == 200
-
-
-def threaded_turns(monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    """Count the turns handed to a worker thread (`TurnRunner.run`)."""
-    from judge.service.worker import TurnRunner
-
-    calls: list[int] = []
-    original = TurnRunner.run
-
-    async def counting(runner: TurnRunner, work: Any) -> Any:
-        calls.append(1)
-        return await original(runner, work)
-
-    monkeypatch.setattr(TurnRunner, "run", counting)
-    return calls
 
 
 def heuristics_app(**settings: Any) -> Any:

@@ -76,6 +76,13 @@ HOST_EXEMPT_PATHS = frozenset({"/healthz"})
 # the loop for about a millisecond at worst; anything larger keeps to the threads.
 INLINE_MAX_BODY_BYTES = 4 * 1024
 INLINE_MAX_MESSAGES = 8
+# A store that persists (Redis) also writes the session's whole state after the turn, in
+# time linear in its size: ~2 ms for the 28 KB of a 30-turn session on one core of the
+# shared 2-core machine (evals/bench_sidecar.py). A small turn of a session whose last
+# save was at most this big still runs inline (the thread hop cost ~0.8 ms a request,
+# 15% of a Redis turn's CPU); a bigger state, or one not yet saved here, keeps to the
+# threads.
+INLINE_MAX_STATE_BYTES = 32 * 1024
 # An inline turn cannot be stopped mid-way, so turns stay on the watched threads when the
 # CPU budget is below this: a budget that tight means the operator wants every turn
 # bounded, and 1 s is hundreds of times what an inline turn costs.
@@ -410,9 +417,17 @@ class TurnHandler:
         started = time.perf_counter()
         async with self.store.open(store_key(principal, session_id)) as session:
             history = messages if start is None else appended_history(session, start, messages)
-            work = partial(run_turn, session, history, self.store.persists)
+            persists = self.store.persists
+            work = partial(run_turn, session, history, persists)
+            inline = (small and self.inline) and (
+                not persists
+                or (
+                    session.state_bytes is not None
+                    and session.state_bytes <= INLINE_MAX_STATE_BYTES
+                )
+            )
             try:
-                outcome = await (work() if small and self.inline else self.runner.run(work))
+                outcome = await (work() if inline else self.runner.run(work))
             except TurnOverBudget:
                 session.discard()  # stopped mid-way: the tracker may be half-updated
                 raise
@@ -553,9 +568,9 @@ def inline_allowed(store: ServedStore, settings: ServerSettings) -> bool:
     Only where a small turn's work is small and pure Python: not with a judge model (a
     check builds and redacts a prompt over the recent window, then waits for the model),
     not with the semantic detector (an ONNX embedding per message, which releases the GIL
-    and so runs beside the loop in a thread), not in a store that persists (the Redis
-    store encodes the session's whole state each turn, ~6 ms), and not under a CPU budget
-    tight enough that a turn on the loop, which nothing can stop, could exceed it.
+    and so runs beside the loop in a thread), and not under a CPU budget tight enough that
+    a turn on the loop, which nothing can stop, could exceed it. In a store that persists,
+    each turn also checks the size of the state it will save (`INLINE_MAX_STATE_BYTES`).
     """
     from judge.detectors import embeddings
 
@@ -563,10 +578,7 @@ def inline_allowed(store: ServedStore, settings: ServerSettings) -> bool:
     semantic = config.semantic == "on" or (config.semantic == "auto" and embeddings.available())
     budget = settings.turn_cpu_budget_s
     return not (
-        store.persists
-        or config.fast_model
-        or semantic
-        or (budget is not None and budget < INLINE_MIN_BUDGET_S)
+        config.fast_model or semantic or (budget is not None and budget < INLINE_MIN_BUDGET_S)
     )
 
 

@@ -124,9 +124,17 @@ def stored_tail(tracker: LoopTracker, entry: Any) -> Any:
 
 def dump_session(tracker: LoopTracker, length: int, tail: Any) -> bytes:
     """A session's stored bytes: format tag, then compressed JSON."""
+    return pack_session(session_json(tracker, length, tail))
+
+
+def session_json(tracker: LoopTracker, length: int, tail: Any) -> bytes:
+    """A session's JSON before compression (`pack_session` makes the stored bytes)."""
     head = json.dumps({"length": length, "tail": tail}, separators=(",", ":"))
     # The state is spliced in as its own JSON text: no second pass over the largest part.
-    body = head[:-1].encode("utf-8") + b',"state":' + dump_tracker(tracker) + b"}"
+    return head[:-1].encode("utf-8") + b',"state":' + dump_tracker(tracker) + b"}"
+
+
+def pack_session(body: bytes) -> bytes:
     return SESSION_FORMAT + zlib.compress(body, COMPRESS_LEVEL)
 
 

@@ -169,6 +169,9 @@ class Session(SessionData):
     discarded: bool = False
     # When this replica last put the session in the live-session index (`RedisStore`).
     indexed_at: float | None = None
+    # Bytes of its state's JSON at its last save here (0: a fresh session; None: not
+    # known, as for a session read from Redis): what the next save will cost, roughly.
+    state_bytes: int | None = None
 
     def discard(self) -> None:
         self.discarded = True
@@ -247,7 +250,7 @@ def _session_or_fresh(
             # session over loses its history, but refusing it would wedge the agent until
             # the TTL. The key is logged, never the state (it quotes the conversation).
             logger.warning("session %s: stored state unreadable (%s); starting over", key, exc)
-    return Session(new_tracker(config, client))
+    return Session(new_tracker(config, client), state_bytes=0)
 
 
 # -- in memory ---------------------------------------------------------------------------
