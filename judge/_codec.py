@@ -126,19 +126,34 @@ def _encode_flat_tuple(value: tuple[Any, ...], pool: StepPool | None) -> Any:
     return {"$tuple": [encode(v) for v in value]}
 
 
+# Each record type's field names: `dataclasses.fields` builds its tuple anew at every call,
+# a third of encoding a message.
+_FIELD_NAMES: dict[type, tuple[str, ...]] = {}
+
+
+def _field_names(kind: type) -> tuple[str, ...]:
+    names = _FIELD_NAMES.get(kind)
+    if names is None:
+        names = _FIELD_NAMES[kind] = tuple(f.name for f in dataclasses.fields(kind))
+    return names
+
+
 def _encode_record_now(value: Any, pool: StepPool | None) -> Any:
     name = type(value).__name__
     if name not in _RECORDS:
         raise TypeError(f"cannot encode {name}")
     if isinstance(value, ToolCall):
         return _encode_call(value)
-    fields = {f.name: encode(getattr(value, f.name), pool) for f in dataclasses.fields(value)}
+    fields = {name: encode(getattr(value, name), pool) for name in _field_names(type(value))}
     if isinstance(value, Step) and value.signature == value.call.signature:
         del fields["signature"]  # the step copies its call's; rebuilt on loading
     return {"$record": name, "f": fields}
 
 
 def encode(value: Any, pool: StepPool | None = None) -> Any:
+    kind = type(value)
+    if kind is str or kind is int or value is None or kind is bool or kind is float:
+        return value  # exact scalars first: most of what a state holds
     if isinstance(value, Enum):  # before str: our enums are str enums
         return {"$enum": type(value).__name__, "v": value.value}
     if value is None or isinstance(value, (bool, int, float, str)):
@@ -286,30 +301,6 @@ def compact(data: Any, scrub: Callable[[str], str] | None = None) -> tuple[Any, 
         else:
             parent[slot] = value(item)
     return root[0], table
-
-
-def scrubs_nothing(data: Any, scrub: Callable[[str], str]) -> bool:
-    """Whether ``scrub`` leaves every string of ``data`` (JSON-able, keys included) as it
-    is: then `compact` with it followed by `expand` gives ``data`` back unchanged, and a
-    reader can keep the value it encoded instead of decoding a copy.
-
-    The walk `compact` makes (an explicit stack, linear in the size), stopping at the first
-    string that would change.
-    """
-    stack: list[Any] = [data]
-    while stack:
-        item = stack.pop()
-        if isinstance(item, str):
-            if scrub(item) != item:
-                return False
-        elif isinstance(item, dict):
-            for k, v in item.items():
-                if isinstance(k, str) and scrub(k) != k:
-                    return False
-                stack.append(v)
-        elif isinstance(item, list):
-            stack.extend(item)
-    return True
 
 
 def expand(data: Any, table: list[Any]) -> Any:

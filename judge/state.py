@@ -48,7 +48,6 @@ from judge._codec import (
     decode,
     encode,
     expand,
-    scrubs_nothing,
 )
 from judge.errors import StateError
 from judge.history import bounded
@@ -187,6 +186,41 @@ class StateScrubber:
         if len(self._done) < MAX_SCRUBBED_STRINGS:
             self._done[text] = clean
         return clean
+
+    def leaves_alone(self, data: Any) -> bool:
+        """Whether this scrubber leaves every string of ``data`` (JSON-able, keys included)
+        as it is: then `compact` through it followed by `expand` gives ``data`` back
+        unchanged, and a reader can keep the value it encoded instead of decoding a copy.
+
+        The walk `compact` makes (an explicit stack, linear in the size), stopping at the
+        first string that would change; strings already answered are looked up without a
+        call (an encoded message repeats the same dozen field names).
+        """
+        done = self._done
+        stack: list[Any] = [data]
+        while stack:
+            item = stack.pop()
+            if type(item) is str:
+                clean = done.get(item)
+                if clean is None:
+                    clean = self(item)
+                if clean is not item and clean != item:
+                    return False
+            elif isinstance(item, str):
+                if self(item) != item:
+                    return False
+            elif isinstance(item, dict):
+                for key, value in item.items():
+                    if isinstance(key, str):
+                        clean = done.get(key)
+                        if clean is None:
+                            clean = self(key)
+                        if clean is not key and clean != key:
+                            return False
+                    stack.append(value)
+            elif isinstance(item, list):
+                stack.extend(item)
+        return True
 
     def _learn(self, secret: str) -> None:
         learned = False
@@ -359,7 +393,7 @@ def redacting_reader(redactor: Redactor) -> Callable[[Any], Any]:
 
     def read(value: Any) -> Any:
         encoded = encode(value)
-        if scrubs_nothing(encoded, scrubber):
+        if scrubber.leaves_alone(encoded):
             return value
         packed, strings = compact(encoded, scrubber)
         return decode(expand(packed, strings))

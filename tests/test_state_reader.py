@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from judge._codec import compact, decode, encode, expand, scrubs_nothing
+from judge._codec import compact, decode, encode, expand
 from judge.history import normalize_entry
 from judge.llm.redaction import redactor_for
 from judge.state import redacted_by, redacting_reader
@@ -82,14 +82,18 @@ def test_a_clean_value_is_returned_itself() -> None:
     assert redacting_reader(_redactor())(value) is value
 
 
-def test_scrubs_nothing_walks_keys_values_and_depth() -> None:
-    def flag(text: str) -> str:
-        return text.replace("bad", "***")
+def test_leaves_alone_walks_keys_values_and_depth() -> None:
+    def scrubber() -> Any:
+        return redacted_by(_redactor())
 
-    assert scrubs_nothing({"a": ["b", {"c": 1}], "d": None}, flag)
-    assert not scrubs_nothing({"a": ["ok", {"c": "bad"}]}, flag)
-    assert not scrubs_nothing({"bad": 1}, flag)
-    deep: Any = "bad"
+    assert scrubber().leaves_alone({"a": ["b", {"c": 1}], "d": None})
+    assert not scrubber().leaves_alone({"a": ["ok", {"c": f"key {GITHUB_PAT}"}]})
+    assert not scrubber().leaves_alone({f"key {GITHUB_PAT}": 1})
+    # Answers remembered from an earlier string do not hide a later secret.
+    clean = scrubber()
+    assert clean.leaves_alone(["plain text", "more"])
+    assert not clean.leaves_alone(["plain text", GITHUB_PAT])
+    deep: Any = GITHUB_PAT
     for _ in range(100_000):  # no recursion: any nesting is walked
         deep = [deep]
-    assert not scrubs_nothing(deep, flag)
+    assert not scrubber().leaves_alone(deep)

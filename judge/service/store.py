@@ -356,12 +356,15 @@ class MemoryStore:
             # Readers lock too: turns run in worker threads, and a preflight must not read
             # detector state while a turn is changing it.
             try:
-                with anyio.fail_after(self._lock_wait):
-                    await entry.lock.acquire()
-            except TimeoutError:
-                raise SessionBusy(
-                    f"session {key!r} is busy with another turn", session_id=key
-                ) from None
+                entry.lock.acquire_nowait()  # the usual case: no cancel scope to set up
+            except anyio.WouldBlock:
+                try:
+                    with anyio.fail_after(self._lock_wait):
+                        await entry.lock.acquire()
+                except TimeoutError:
+                    raise SessionBusy(
+                        f"session {key!r} is busy with another turn", session_id=key
+                    ) from None
             try:
                 yield entry.session
             finally:
