@@ -7,6 +7,7 @@ is not installed.
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import subprocess
 import sys
@@ -21,7 +22,7 @@ import pytest
 
 from judge import LoopTracker, TrackerConfig, Verdict
 from judge.service.settings import DEFAULT_LOCK_LEASE_S
-from judge.service.state import dump_tracker, load_tracker
+from judge.service.state import dump_tracker, load_tracker, new_tracker
 from judge.service.store import (
     INDEX_REFRESH_FRACTION,
     MemoryStore,
@@ -81,6 +82,30 @@ class Clock:
 async def turn(store: Any, session_id: str, history: list[dict[str, Any]]) -> Verdict:
     async with store.session(session_id) as tracker:
         return await tracker.turn_started(history)
+
+
+async def test_new_sessions_continue_from_one_empty_state_and_share_nothing_else() -> None:
+    """`new_tracker` validates each configuration's empty state once; sessions made from
+    it behave as one built the long way and do not see each other's turns."""
+    config = TrackerConfig(semantic="off")
+    first, second = new_tracker(config), new_tracker(config)
+    reference = LoopTracker.from_state(config, LoopTracker(config).state.model_dump())
+    for history in prefixes(failing_repeat_history(N_TURNS), N_TURNS):
+        got, expected = await first.turn_started(history), await reference.turn_started(history)
+        assert got.model_dump(exclude={"timing"}) == expected.model_dump(exclude={"timing"})
+    assert first.turn == N_TURNS and second.turn == 0
+    assert _timeless(first) == _timeless(reference)
+    assert _timeless(second) == _timeless(new_tracker(config))
+    assert await second.turn_started(failing_repeat_history(1)) == await new_tracker(
+        config
+    ).turn_started(failing_repeat_history(1))
+
+
+def _timeless(tracker: LoopTracker) -> dict[str, Any]:
+    """A tracker's saved state without the wall-clock time of its last step."""
+    state = json.loads(dump_tracker(tracker))
+    del state["detectors"]["last_step_at"]
+    return dict(state)
 
 
 async def test_memory_lru_evicts_least_recently_used() -> None:
