@@ -418,6 +418,11 @@ class CannotWrite(Exception):
 
 
 _escape: Callable[[str], str] = json.encoder.encode_basestring  # C-accelerated where built
+# Short keys' JSON text ("key":), kept once written: a state repeats a few dozen field
+# names (record fields, detector attributes, tags) hundreds of times. Keys are also data
+# (the paths of a $dict), so the table stops growing at this many.
+MAX_KEY_TEXTS = 4096
+_KEY_TEXT: dict[str, str] = {}
 _VALUE_REF_OPEN = '{"\\u0000s":'
 _KEY_REF_OPEN = '"\\u0000#'
 
@@ -492,7 +497,13 @@ class CompactWriter:
             for position, item in enumerate(value):
                 if position:
                     out.append(",")
-                self.write(item, depth + 1)
+                item_kind = type(item)  # short strings and ints inline: most items
+                if item_kind is str and len(item) < INTERN_MIN_CHARS:
+                    out.append(_escape(item))
+                elif item_kind is int:
+                    out.append(int.__repr__(item))
+                else:
+                    self.write(item, depth + 1)
             out.append("]")
         elif value is None:
             out.append("null")
@@ -511,20 +522,34 @@ class CompactWriter:
         out = self.out
         out.append("{")
         first = True
+        keys = _KEY_TEXT
         for k, v in value.items():
             if type(k) is not str:
                 raise CannotWrite("a key that is not text")
             if not first:
                 out.append(",")
             first = False
-            if len(k) >= INTERN_MIN_CHARS:
+            text = keys.get(k)
+            if text is not None:
+                out.append(text)
+            elif len(k) >= INTERN_MIN_CHARS:
                 out.append(_KEY_REF_OPEN)
                 self._ref(_escape(k))
                 out.append('":')
             else:
-                out.append(_escape(_NUL + k if k.startswith(_NUL) else k))
-                out.append(":")
-            self.write(v, depth + 1)
+                text = _escape(_NUL + k if k.startswith(_NUL) else k) + ":"
+                if len(keys) < MAX_KEY_TEXTS:
+                    keys[k] = text
+                out.append(text)
+            kind = type(v)  # short strings, null and ints inline: most values
+            if kind is str and len(v) < INTERN_MIN_CHARS:
+                out.append(_escape(v))
+            elif v is None:
+                out.append("null")
+            elif kind is int:
+                out.append(int.__repr__(v))
+            else:
+                self.write(v, depth + 1)
         out.append("}")
 
     def strings_json(self) -> str:

@@ -141,15 +141,26 @@ def test_the_writer_matches_compact_on_awkward_data() -> None:
         "nested": [[[[{"a": "é\u2028\n\x00"}]]]],
         "big": 10**30,
     }
-    writer = CompactWriter()
-    writer.write(data)
-    text = "".join(writer.out)
+    for _ in range(2):  # the second time with the keys' text remembered
+        writer = CompactWriter()
+        writer.write(data)
+        text = "".join(writer.out)
+        assert expand(json.loads(text), json.loads(writer.strings_json())) == data
     packed, strings = compact(data)
-    assert expand(json.loads(text), json.loads(writer.strings_json())) == data
     assert expand(packed, strings) == data
     for awkward in (math.inf, math.nan, (1, 2), {1: "a"}):
         with pytest.raises(CannotWrite):
             CompactWriter().write({"v": awkward})
+
+
+def test_the_key_table_stops_growing_and_keys_past_it_are_still_written() -> None:
+    from judge import _codec
+
+    data = {f"path/{n}.py": n for n in range(_codec.MAX_KEY_TEXTS + 500)}
+    writer = CompactWriter()
+    writer.write({"$dict": data, "\x00k": [True, "s", 1, None]})
+    assert len(_codec._KEY_TEXT) <= _codec.MAX_KEY_TEXTS
+    assert json.loads("".join(writer.out)) == {"$dict": data, "\x00\x00k": [True, "s", 1, None]}
 
 
 def test_the_writer_refuses_deep_nesting() -> None:
