@@ -158,10 +158,18 @@ def encode(value: Any, pool: StepPool | None = None) -> Any:
         return {"$enum": type(value).__name__, "v": value.value}
     if value is None or isinstance(value, (bool, int, float, str)):
         return value
+    if kind is Step and pool is not None:  # the steps of the detectors' windows
+        return pool.ref(value)
+    if kind is Message or kind is ToolCall:
+        return _encode_record(value, pool)
     if isinstance(value, tuple):
         memo = _ACTIVE_MEMO.get()
-        if memo is not None and _flat(value):
-            return memo.encoded(value, _encode_flat_tuple)
+        if memo is not None:
+            known = memo.known(value)  # remembered: no need to check it is flat again
+            if known is not None:
+                return known
+            if _flat(value):
+                return memo.encoded(value, _encode_flat_tuple)
         return {"$tuple": [encode(v, pool) for v in value]}
     if isinstance(value, deque):
         return {"$deque": [encode(v, pool) for v in value], "maxlen": value.maxlen}
@@ -393,6 +401,15 @@ class EncodeMemo:
         if entry is None or entry.record is not record:
             entry = _MemoEntry(record, make(record, None))
             self.by_encoded[id(entry.encoded)] = entry
+        self._used[key] = entry
+        return entry.encoded
+
+    def known(self, record: Any) -> Any:
+        """``record``'s remembered encoding (now counted as used), or None."""
+        key = id(record)
+        entry = self._used.get(key) or self._entries.get(key)
+        if entry is None or entry.record is not record:
+            return None
         self._used[key] = entry
         return entry.encoded
 
