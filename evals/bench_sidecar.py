@@ -10,9 +10,12 @@ concurrent sessions (``--sessions``, default 100 and 1,000), each an agent sendi
 - ``append``: every turn sends only the two new messages and the index they start at.
 
 Both modes run against the same server process, one after the other, so their ratio is
-measured side by side. With ``--baseline-tree DIR`` (a checkout or ``git worktree`` of an
-earlier commit), that tree's server is measured too, in the same run and modes (a tree
-from before the append API: ``--baseline-modes full``).
+measured side by side. With Redis, ``--replicas N`` also runs N servers of this tree on the
+one Redis, sessions routed to them by affinity (``--routing sticky``, as a load balancer
+keeps a session on one replica) or each turn to the next (``--routing rotate``).
+With ``--baseline-tree DIR`` (a checkout or ``git worktree`` of an earlier commit), that
+tree's server is measured too, in the same run and modes (a tree from before the append
+API: ``--baseline-modes full``).
 ``--huge`` adds the stall test: one session posts a 1,000-message history (~6 MB) while
 ``/healthz`` is polled every 10 ms; it reports the slowest health answer.
 
@@ -276,22 +279,30 @@ def _percentile(ordered: list[float], q: float) -> float:
 
 
 async def drive(
-    port: int,
+    ports: list[int],
     label: tuple[str, str, str],
     sessions: int,
     turns: int,
     args: argparse.Namespace,
-    server_pid: int | None = None,
+    server_pids: list[int] | None = None,
 ) -> Result:
+    """Drive the servers on ``ports`` (replicas of one store). Routing (``--routing``):
+    ``sticky``, session ``n`` always goes to replica ``n % len(ports)``, as behind a load
+    balancer with session affinity; ``rotate``, each turn goes to the next replica, so
+    every turn finds the session saved by another replica (the worst case)."""
     server, store, mode = label
-    pool = Pool(port, min(sessions, args.connections))
-    run_id = f"{server}-{store}-{mode}-{sessions}-{time.monotonic_ns()}"
+    per_replica = max(1, min(sessions, args.connections) // len(ports))
+    pools = [Pool(port, per_replica) for port in ports]
+    run_id = f"{server.replace(' ', '_')}-{store}-{mode}-{sessions}-{time.monotonic_ns()}"
     warm = json.dumps({"messages": history(1, -1)}).encode()
     for i in range(WARMUP_REQUESTS):
+        pool = pools[i % len(pools)]
         await pool.request("POST", f"/v1/sessions/warm-{run_id}-{i}/turns", warm)
     latencies: list[float] = []
     error_kinds: dict[str, int] = {}
     deadline = time.perf_counter() + args.max_seconds
+
+    rotate = args.routing == "rotate"
 
     async def agent(n: int) -> None:
         full = history(turns, n)
@@ -299,6 +310,7 @@ async def drive(
         for t in range(1, turns + 1):
             if time.perf_counter() > deadline:
                 return
+            pool = pools[(n + t if rotate else n) % len(pools)]
             end = 2 + 2 * t
             if mode == "full":
                 body: dict[str, Any] = {"messages": full[:end]}
@@ -328,12 +340,14 @@ async def drive(
 
     started = time.perf_counter()
     client_cpu = time.process_time()
-    server_cpu = cpu_seconds(server_pid) if server_pid is not None else 0.0
+    pids = server_pids or []
+    server_cpu = sum(cpu_seconds(pid) for pid in pids)
     await asyncio.gather(*(agent(n) for n in range(sessions)))
     elapsed = time.perf_counter() - started
     client_cpu = time.process_time() - client_cpu
-    server_cpu = cpu_seconds(server_pid) - server_cpu if server_pid is not None else 0.0
-    await pool.aclose()
+    server_cpu = sum(cpu_seconds(pid) for pid in pids) - server_cpu
+    for pool in pools:
+        await pool.aclose()
     ordered = sorted(latencies)
     return Result(
         server=server,
@@ -424,6 +438,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--baseline-modes", help="the baseline's modes (default: --modes)", default=None
     )
+    parser.add_argument(
+        "--replicas",
+        type=int,
+        default=1,
+        help="with Redis, also run this many servers of this tree on one Redis, each "
+        "session sticking to one of them (a load balancer with session affinity)",
+    )
+    parser.add_argument(
+        "--routing",
+        choices=("sticky", "rotate"),
+        default="sticky",
+        help="how --replicas share the sessions: each session on one replica, or each "
+        "turn on the next replica",
+    )
     parser.add_argument("--huge", action="store_true", help="add the /healthz stall test")
     parser.add_argument("--json", action="store_true", help="print the results as JSON")
     args = parser.parse_args(argv)
@@ -455,7 +483,32 @@ def main(argv: list[str] | None = None) -> int:
                         for mode in modes if tree is None else baseline_modes:
                             label = (server, store, mode)
                             results.append(
-                                asyncio.run(drive(port, label, sessions, args.turns, args, pid))
+                                asyncio.run(drive([port], label, sessions, args.turns, args, [pid]))
+                            )
+                if store == "redis" and tree is None and args.replicas > 1:
+                    with contextlib.ExitStack() as replicas:
+                        logs = [log.with_name(f"replica-{i}.log") for i in range(args.replicas)]
+                        started = [
+                            replicas.enter_context(sidecar(redis_url, None, replica_log))
+                            for replica_log in logs
+                        ]
+                        ports = [port for port, _ in started]
+                        pids = [pid for _, pid in started]
+                        for sessions in counts:
+                            for mode in modes:
+                                tag = "" if args.routing == "sticky" else " rot"
+                                label = (f"{server} x{args.replicas}{tag}", store, mode)
+                                results.append(
+                                    asyncio.run(
+                                        drive(ports, label, sessions, args.turns, args, pids)
+                                    )
+                                )
+                    for replica_log in logs:
+                        logged = warnings_in(replica_log)
+                        if logged:
+                            notes.append(
+                                f"{replica_log.stem}: the server logged {len(logged)} "
+                                "warnings, e.g. " + " | ".join(logged[:3])
                             )
                 logged = warnings_in(log)
                 if logged:
