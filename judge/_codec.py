@@ -144,7 +144,7 @@ def _encode_record_now(value: Any, pool: StepPool | None) -> Any:
         raise TypeError(f"cannot encode {name}")
     if isinstance(value, ToolCall):
         return _encode_call(value)
-    fields = {name: encode(getattr(value, name), pool) for name in _field_names(type(value))}
+    fields = {field: encode(getattr(value, field), pool) for field in _field_names(type(value))}
     if isinstance(value, Step) and value.signature == value.call.signature:
         del fields["signature"]  # the step copies its call's; rebuilt on loading
     return {"$record": name, "f": fields}
@@ -391,6 +391,7 @@ class EncodeMemo:
         self._entries: dict[int, _MemoEntry] = {}
         self._used: dict[int, _MemoEntry] = {}
         self.by_encoded: dict[int, _MemoEntry] = {}
+        self.key_text: dict[str, str] = {}  # `CompactWriter`'s short keys, as JSON text
         # One save at a time per tracker (the sidecar's session lock already ensures it).
         self.lock = threading.Lock()
 
@@ -435,11 +436,11 @@ class CannotWrite(Exception):
 
 
 _escape: Callable[[str], str] = json.encoder.encode_basestring  # C-accelerated where built
-# Short keys' JSON text ("key":), kept once written: a state repeats a few dozen field
-# names (record fields, detector attributes, tags) hundreds of times. Keys are also data
-# (the paths of a $dict), so the table stops growing at this many.
+# Short keys' JSON text ("key":) kept by one tracker's save memo (or one writer): a state
+# repeats a few dozen field names (record fields, detector attributes, tags) hundreds of
+# times. Keys are also data (the paths of a $dict), so a table stops growing at this many;
+# it lives and dies with its tracker, so no session's keys outlive it.
 MAX_KEY_TEXTS = 4096
-_KEY_TEXT: dict[str, str] = {}
 _VALUE_REF_OPEN = '{"\\u0000s":'
 _KEY_REF_OPEN = '"\\u0000#'
 
@@ -458,6 +459,7 @@ class CompactWriter:
         self.out: list[str] = []
         self.table: dict[str, int] = {}  # a long string's JSON text -> its position
         self._memo = memo
+        self._keys: dict[str, str] = memo.key_text if memo is not None else {}
         self._fragment = fragment
         self._splits: list[int] = []
         self._longs: list[str] = []
@@ -539,7 +541,7 @@ class CompactWriter:
         out = self.out
         out.append("{")
         first = True
-        keys = _KEY_TEXT
+        keys = self._keys
         for k, v in value.items():
             if type(k) is not str:
                 raise CannotWrite("a key that is not text")

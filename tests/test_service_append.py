@@ -140,6 +140,21 @@ async def test_redis_turns_run_inline_while_the_state_they_save_is_small(
     assert got == expected
 
 
+def test_inline_redis_turns_need_a_known_save_well_under_the_state_cap() -> None:
+    from judge.service.app import INLINE_MAX_STATE_BYTES, _small_save
+    from judge.service.store import Session
+
+    tracker = LoopTracker(TrackerConfig(semantic="off"))
+    assert _small_save(Session(tracker, state_bytes=0))
+    assert _small_save(Session(tracker, state_bytes=INLINE_MAX_STATE_BYTES))
+    assert not _small_save(Session(tracker, state_bytes=INLINE_MAX_STATE_BYTES + 1))
+    assert not _small_save(Session(tracker))  # read from another replica's save: unknown
+    # Near its cap a state is written twice and shed: such a save stays off the loop.
+    capped = LoopTracker(TrackerConfig(semantic="off", max_state_bytes=16_384))
+    assert _small_save(Session(capped, state_bytes=8_192))
+    assert not _small_save(Session(capped, state_bytes=8_193))
+
+
 async def _verdict(client: httpx.AsyncClient, body: dict[str, Any]) -> Verdict:
     r = await client.post("/v1/sessions/inline/turns", json=body)
     assert r.status_code == 200, r.text

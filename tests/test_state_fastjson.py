@@ -141,8 +141,9 @@ def test_the_writer_matches_compact_on_awkward_data() -> None:
         "nested": [[[[{"a": "é\u2028\n\x00"}]]]],
         "big": 10**30,
     }
-    for _ in range(2):  # the second time with the keys' text remembered
-        writer = CompactWriter()
+    memo = EncodeMemo()
+    for _ in range(2):  # the second time with the keys' text remembered by the memo
+        writer = CompactWriter(memo)
         writer.write(data)
         text = "".join(writer.out)
         assert expand(json.loads(text), json.loads(writer.strings_json())) == data
@@ -154,13 +155,18 @@ def test_the_writer_matches_compact_on_awkward_data() -> None:
 
 
 def test_the_key_table_stops_growing_and_keys_past_it_are_still_written() -> None:
-    from judge import _codec
+    from judge._codec import MAX_KEY_TEXTS
 
-    data = {f"path/{n}.py": n for n in range(_codec.MAX_KEY_TEXTS + 500)}
-    writer = CompactWriter()
-    writer.write({"$dict": data, "\x00k": [True, "s", 1, None]})
-    assert len(_codec._KEY_TEXT) <= _codec.MAX_KEY_TEXTS
-    assert json.loads("".join(writer.out)) == {"$dict": data, "\x00\x00k": [True, "s", 1, None]}
+    data = {f"path/{n}.py": n for n in range(MAX_KEY_TEXTS + 500)}
+    memo = EncodeMemo()
+    for _ in range(2):
+        writer = CompactWriter(memo)
+        writer.write({"$dict": data, "\x00k": [True, "s", 1, None]})
+        assert len(memo.key_text) == MAX_KEY_TEXTS
+        expected = {"$dict": data, "\x00\x00k": [True, "s", 1, None]}
+        assert json.loads("".join(writer.out)) == expected
+    # A table is its tracker's: another memo starts empty.
+    assert EncodeMemo().key_text == {}
 
 
 def test_the_writer_refuses_deep_nesting() -> None:

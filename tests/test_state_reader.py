@@ -46,11 +46,12 @@ def _entries() -> list[tuple[Any, int]]:
 
 
 def test_recorded_messages_read_as_the_round_trip_reads_them() -> None:
-    read = redacting_reader(_redactor())
     kept = copied = 0
     for raw, index in _entries():
         for value in [raw, *normalize_entry(raw, index)]:
-            got = read(value)
+            # A reader of its own, as the reference's scrubber is: a secret learned from
+            # one message redacts its pieces in every later one, by design.
+            got = redacting_reader(_redactor())(value)
             assert got == _round_trip(value)
             if got is value:
                 kept += 1

@@ -22,7 +22,7 @@ import pytest
 
 from judge import LoopTracker, TrackerConfig, Verdict
 from judge.service.settings import DEFAULT_LOCK_LEASE_S
-from judge.service.state import dump_tracker, load_tracker, new_tracker
+from judge.service.state import _empty_state, dump_tracker, load_tracker, new_tracker
 from judge.service.store import (
     INDEX_REFRESH_FRACTION,
     MemoryStore,
@@ -89,16 +89,20 @@ async def test_new_sessions_continue_from_one_empty_state_and_share_nothing_else
     it behave as one built the long way and do not see each other's turns."""
     config = TrackerConfig(semantic="off")
     first, second = new_tracker(config), new_tracker(config)
-    reference = LoopTracker.from_state(config, LoopTracker(config).state.model_dump())
+    shared = _empty_state(config).model_dump()
+
+    def long_way() -> LoopTracker:
+        return LoopTracker.from_state(config, LoopTracker(config).state.model_dump())
+
+    reference = long_way()
     for history in prefixes(failing_repeat_history(N_TURNS), N_TURNS):
-        got, expected = await first.turn_started(history), await reference.turn_started(history)
-        assert got.model_dump(exclude={"timing"}) == expected.model_dump(exclude={"timing"})
+        assert await first.turn_started(history) == await reference.turn_started(history)
     assert first.turn == N_TURNS and second.turn == 0
+    assert _empty_state(config).model_dump() == shared  # the turns left it as it was
     assert _timeless(first) == _timeless(reference)
-    assert _timeless(second) == _timeless(new_tracker(config))
-    assert await second.turn_started(failing_repeat_history(1)) == await new_tracker(
-        config
-    ).turn_started(failing_repeat_history(1))
+    assert _timeless(second) == _timeless(long_way())
+    one_turn = failing_repeat_history(1)
+    assert await second.turn_started(one_turn) == await long_way().turn_started(one_turn)
 
 
 def _timeless(tracker: LoopTracker) -> dict[str, Any]:
@@ -349,6 +353,20 @@ async def test_index_is_refreshed_once_per_interval_not_every_save(
     finally:
         await store.aclose()
         await other.aclose()
+
+
+async def test_a_save_the_store_makes_itself_records_the_state_size(
+    redis_url: str, prefix: str
+) -> None:
+    """Through `session()` (no blob from the turn) the store serializes the session; the
+    size it records is what decides whether the next turn may run inline."""
+    store = replica(redis_url, prefix)
+    try:
+        await turn(store, "s", failing_repeat_history(3))
+        _generation, cached = store._cache["s"]
+        assert cached.state_bytes is not None and cached.state_bytes > 1_000
+    finally:
+        await store.aclose()
 
 
 async def test_busy_session_and_lost_lock(redis_url: str, prefix: str) -> None:

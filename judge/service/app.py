@@ -42,6 +42,7 @@ from judge.service.settings import (
 )
 from judge.service.store import (
     ServedStore,
+    Session,
     SessionBusy,
     SessionLockLost,
     SessionStore,
@@ -51,6 +52,7 @@ from judge.service.store import (
 )
 from judge.service.turns import AppendConflict, appended_history, run_call, run_turn
 from judge.service.worker import MainLoopClient, TurnOverBudget, TurnRunner
+from judge.state import MAX_STATE_BYTES
 from judge.verdict import Verdict
 
 API_TITLE = "loop-judge sidecar"
@@ -292,6 +294,15 @@ def _plain_turn(body: bytes) -> tuple[list[dict[str, Any]], int | None] | None:
     return messages, start
 
 
+def _small_save(session: Session) -> bool:
+    """Whether the session's last save here was small enough for its next one to run on
+    the event loop: within INLINE_MAX_STATE_BYTES and within half the state's byte cap
+    (a state near its cap is written twice and shed, several passes over it)."""
+    size = session.state_bytes
+    cap = session.tracker.config.max_state_bytes or MAX_STATE_BYTES
+    return size is not None and size <= min(INLINE_MAX_STATE_BYTES, cap // 2)
+
+
 def _json_content(value: bytes | None) -> bool:
     """Whether FastAPI reads a body with this Content-Type as JSON (absent, or
     ``application/json`` with parameters): other ``+json`` types take the slow path."""
@@ -419,13 +430,7 @@ class TurnHandler:
             history = messages if start is None else appended_history(session, start, messages)
             persists = self.store.persists
             work = partial(run_turn, session, history, persists)
-            inline = (small and self.inline) and (
-                not persists
-                or (
-                    session.state_bytes is not None
-                    and session.state_bytes <= INLINE_MAX_STATE_BYTES
-                )
-            )
+            inline = (small and self.inline) and (not persists or _small_save(session))
             try:
                 outcome = await (work() if inline else self.runner.run(work))
             except TurnOverBudget:

@@ -51,10 +51,11 @@ from judge.service.settings import (
 from judge.service.state import (
     SessionData,
     StateFormatError,
-    dump_session,
     load_session,
     load_tracker,
     new_tracker,
+    pack_session,
+    session_json,
 )
 from judge.tracker import LoopTracker
 
@@ -86,13 +87,14 @@ TOKEN_BYTES = 16
 
 # The live-session index (the metrics gauge's) is refreshed by a session's saves at most
 # once per this fraction of the idle TTL: a session then leaves the gauge at most 1/60 of
-# its TTL early (1 minute of the default hour), and most turns save in one command
-# instead of a pipeline of two (issue 11).
+# its TTL early (1 minute of the default hour), and most turns save in one command; the
+# index was a second command at every save (issue 11).
 INDEX_REFRESH_FRACTION = 1 / 60
 
 # Each turn costs two round trips: one script takes the lock and reads the session, one
 # saves it and releases the lock (redis-py's Lock took four: acquire, read, save, release,
-# and each command costs the server's loop ~0.1 ms of redis-py besides the wait).
+# and each command costs the server's loop ~0.1 ms of redis-py besides the wait); a save
+# that refreshes the index adds a third.
 
 # Takes the lock and reads the session, skipping its (large) data when the caller's
 # cached copy is current.
@@ -356,7 +358,10 @@ class MemoryStore:
             # Readers lock too: turns run in worker threads, and a preflight must not read
             # detector state while a turn is changing it.
             try:
-                entry.lock.acquire_nowait()  # the usual case: no cancel scope to set up
+                # The usual case, without a cancel scope. Unlike acquire() it neither
+                # yields nor checks for cancellation: an inline turn then runs to its end
+                # without giving the loop a turn, as it would once it held the lock.
+                entry.lock.acquire_nowait()
             except anyio.WouldBlock:
                 try:
                     with anyio.fail_after(self._lock_wait):
@@ -469,7 +474,7 @@ class RedisStore:
         self._lease = lock_lease_s
         self._wait = lock_wait_s
         self._prefix = key_prefix
-        self._index = f"{key_prefix}sessions"
+        self._index_key = f"{key_prefix}sessions"
         # Wall clock, not monotonic: index scores are compared across replicas.
         self._clock = clock
         self._lease_ms = max(1, round(lock_lease_s * 1000))
@@ -498,6 +503,19 @@ class RedisStore:
                 logger.warning("could not renew session lock %s: it is no longer ours", lock_key)
                 return
             await asyncio.sleep(self._lease / LOCK_RENEWALS_PER_LEASE)
+
+    async def _index(self, key: str, now: float) -> float | None:
+        """Put ``key`` in the live-session index at ``now``; when it was indexed (None if
+        Redis refused: the next save tries again). Only the metrics gauge reads the index,
+        so a failure here is logged, never the turn's."""
+        from redis.exceptions import RedisError
+
+        try:
+            await self._redis.zadd(self._index_key, {key: now})
+        except RedisError as exc:
+            logger.warning("session %s not put in the live-session index: %s", key, exc)
+            return None
+        return now
 
     async def _lock_and_fetch(
         self, key: str, session_key: str, lock_key: str, token: bytes
@@ -568,7 +586,8 @@ class RedisStore:
                 return
             blob = session.blob
             if blob is None:
-                blob = dump_session(session.tracker, session.length, session.tail)
+                body = session_json(session.tracker, session.length, session.tail)
+                blob, session.state_bytes = pack_session(body), len(body)
             generation = secrets.token_hex(GENERATION_BYTES).encode()
             timer.cancel()
             if renewal is not None:
@@ -578,17 +597,8 @@ class RedisStore:
             # a turn's Redis traffic (issue 11). Redis compiles the text once and keeps it
             # by digest, and EVAL cannot miss a script that a restart or SCRIPT FLUSH lost.
             save = (_SAVE_AND_UNLOCK, 2, lock_key, session_key, token, generation, blob)
-            now = self._clock()
-            indexed = session.indexed_at
             with _redis_errors(key):
-                if indexed is not None and now - indexed < self._index_refresh_s:
-                    ok = await self._redis.eval(*save, self._ttl_ms)
-                else:
-                    async with self._redis.pipeline(transaction=False) as pipe:
-                        pipe.eval(*save, self._ttl_ms)
-                        pipe.zadd(self._index, {key: now})
-                        ok, _ = await pipe.execute()
-                    indexed = now
+                ok = await self._redis.eval(*save, self._ttl_ms)
             if not ok:
                 raise SessionLockLost(
                     f"session {key!r}: lock expired or session deleted during the "
@@ -596,7 +606,12 @@ class RedisStore:
                     session_id=key,
                 )
             saved = True
-            session.blob, session.indexed_at = None, indexed
+            session.blob = None
+            now = self._clock()
+            indexed = session.indexed_at
+            if indexed is None or now - indexed >= self._index_refresh_s:
+                # Only after a save that landed, so a deleted session is not indexed again.
+                session.indexed_at = await self._index(key, now)
             self._cache[key] = (generation, session)
             while len(self._cache) > self._cache_size:
                 self._cache.popitem(last=False)
@@ -631,15 +646,15 @@ class RedisStore:
         with _redis_errors(session_id):
             async with self._redis.pipeline(transaction=False) as pipe:
                 pipe.delete(session_key, lock_key)
-                pipe.zrem(self._index, session_id)
+                pipe.zrem(self._index_key, session_id)
                 removed, _ = await pipe.execute()
         return bool(removed)
 
     async def live_sessions(self) -> int:
         with _redis_errors():
             async with self._redis.pipeline(transaction=False) as pipe:
-                pipe.zremrangebyscore(self._index, "-inf", self._clock() - self._ttl_s)
-                pipe.zcard(self._index)
+                pipe.zremrangebyscore(self._index_key, "-inf", self._clock() - self._ttl_s)
+                pipe.zcard(self._index_key)
                 _, count = await pipe.execute()
         return int(count)
 
