@@ -311,8 +311,14 @@ def compact(data: Any, scrub: Callable[[str], str] | None = None) -> tuple[Any, 
     return root[0], table
 
 
-def expand(data: Any, table: list[Any]) -> Any:
-    """The inverse of `compact`; a reference out of range is a `StateError`."""
+def expand(data: Any, table: list[Any], *, in_place: bool = False) -> Any:
+    """The inverse of `compact`; a reference out of range is a `StateError`.
+
+    ``in_place``: ``data`` is the caller's own (just parsed from JSON), so its lists and
+    dicts are changed where they stand instead of copied; a dict is rebuilt only when one
+    of its keys is a reference or escaped. Only containers are walked, so a session read
+    from Redis costs one pass over its structure (issue 11).
+    """
 
     def lookup(position: Any) -> str:
         if not isinstance(position, int) or not 0 <= position < len(table):
@@ -334,6 +340,8 @@ def expand(data: Any, table: list[Any]) -> Any:
 
     root: list[Any] = [data]
     stack: list[tuple[Any, Any]] = [(root, 0)]
+    push = stack.append
+    containers = (dict, list)
     while stack:
         parent, slot = stack.pop()
         item = parent[slot]
@@ -341,13 +349,24 @@ def expand(data: Any, table: list[Any]) -> Any:
             if len(item) == 1 and _VALUE_REF in item:
                 parent[slot] = lookup(item[_VALUE_REF])
                 continue
-            out = {key(k): v for k, v in item.items()}
-            parent[slot] = out
-            stack.extend((out, k) for k in out)
+            rebuild = not in_place
+            if not rebuild:
+                for k in item:
+                    if k.startswith(_NUL):
+                        rebuild = True
+                        break
+            out = item
+            if rebuild:
+                out = parent[slot] = {key(k): v for k, v in item.items()}
+            for k, v in out.items():
+                if isinstance(v, containers):
+                    push((out, k))
         elif isinstance(item, list):
-            copy = list(item)
+            copy = item if in_place else list(item)
             parent[slot] = copy
-            stack.extend((copy, i) for i in range(len(copy)))
+            for i, v in enumerate(copy):
+                if isinstance(v, containers):
+                    push((copy, i))
     return root[0]
 
 

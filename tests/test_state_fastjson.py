@@ -19,6 +19,7 @@ import pytest
 
 from judge import LoopTracker, TrackerConfig
 from judge._codec import CannotWrite, CompactWriter, EncodeMemo, compact, expand
+from judge.errors import StateError
 from judge.evaluation.replay import assistant_turn_ends
 from judge.service.state import (
     SESSION_FORMAT,
@@ -167,6 +168,27 @@ def test_the_key_table_stops_growing_and_keys_past_it_are_still_written() -> Non
         assert json.loads("".join(writer.out)) == expected
     # A table is its tracker's: another memo starts empty.
     assert EncodeMemo().key_text == {}
+
+
+def test_expand_in_place_reads_what_the_copying_expand_reads() -> None:
+    """`load_session` expands the JSON it just parsed in place; `TrackerState` copies (its
+    input may be the caller's). Both read the same data back, and only in place changes
+    the input."""
+    long = "y" * 70
+    data = {
+        "\x00nul": [long, {"k": long}, "short", 1, None],
+        long: {"$dict": {"\x00\x00k": long + "z", "plain": [long, [long]]}},
+        "nested": [[[{"a": long}]]],
+    }
+    packed, strings = compact(data)
+    text = json.dumps(packed)
+    untouched = json.loads(text)
+    assert expand(untouched, strings) == data
+    assert untouched == json.loads(text)  # the copying expand left its input alone
+    parsed = json.loads(text)
+    assert expand(parsed, strings, in_place=True) == data
+    with pytest.raises(StateError, match="out of range"):
+        expand(json.loads(text), strings[:1], in_place=True)
 
 
 def test_the_writer_refuses_deep_nesting() -> None:
