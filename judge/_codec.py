@@ -156,7 +156,7 @@ def encode(value: Any, pool: StepPool | None = None) -> Any:
         return value  # exact scalars first: most of what a state holds
     if isinstance(value, Enum):  # before str: our enums are str enums
         return {"$enum": type(value).__name__, "v": value.value}
-    if value is None or isinstance(value, (bool, int, float, str)):
+    if isinstance(value, (bool, int, float, str)):  # subclasses of them
         return value
     if kind is Step and pool is not None:  # the steps of the detectors' windows
         return pool.ref(value)
@@ -416,16 +416,17 @@ class EncodeMemo:
 
     def encoded(self, record: Any, make: Callable[[Any, StepPool | None], Any]) -> Any:
         """``record``'s encoding: the one remembered for this very object, else ``make``'s."""
-        key = id(record)
-        entry = self._used.get(key) or self._entries.get(key)
-        if entry is None or entry.record is not record:
-            entry = _MemoEntry(record, make(record, None))
-            self.by_encoded[id(entry.encoded)] = entry
-        self._used[key] = entry
+        known = self.known(record)
+        if known is not None:
+            return known
+        entry = _MemoEntry(record, make(record, None))
+        self.by_encoded[id(entry.encoded)] = entry
+        self._used[id(record)] = entry
         return entry.encoded
 
     def known(self, record: Any) -> Any:
-        """``record``'s remembered encoding (now counted as used), or None."""
+        """``record``'s remembered encoding (now counted as used), or None. Encodings are
+        dicts, never None."""
         key = id(record)
         entry = self._used.get(key) or self._entries.get(key)
         if entry is None or entry.record is not record:

@@ -366,13 +366,23 @@ class TrackerState(BaseModel):
     @model_validator(mode="before")
     @classmethod
     def _expand(cls, data: Any) -> Any:
-        if not isinstance(data, dict) or "strings" not in data:
-            return data  # built in code, or a state of version 2 (refused by version)
-        rest = dict(data)
-        strings = rest.pop("strings")
-        if not isinstance(strings, list):
-            raise StateError("the state's string table is not a list")
-        return expand(rest, strings)
+        return expand_state(data)
+
+
+def expand_state(data: Any, *, in_place: bool = False) -> Any:
+    """A serialized state's strings put back from its table (`compact`'s inverse); data
+    without a table (built in code, a state of version 2, refused by version) as it is.
+
+    ``in_place``: ``data`` was just parsed and is the caller's own (`load_session`), so
+    nothing is copied; `TrackerState` copies, since its input may be a user's dict.
+    """
+    if not isinstance(data, dict) or "strings" not in data:
+        return data
+    rest = data if in_place else dict(data)
+    strings = rest.pop("strings")
+    if not isinstance(strings, list):
+        raise StateError("the state's string table is not a list")
+    return expand(rest, strings, in_place=in_place)
 
 
 def redacting_reader(redactor: Redactor) -> Callable[[Any], Any]:

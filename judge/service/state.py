@@ -19,12 +19,12 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from judge._codec import EncodeMemo, expand
+from judge._codec import EncodeMemo
 from judge.config import TrackerConfig
 from judge.errors import StateError
 from judge.llm._litellm import LLMClient
 from judge.llm.redaction import redactor_for
-from judge.state import TrackerState, redacting_reader
+from judge.state import TrackerState, expand_state, redacting_reader
 from judge.tracker import LoopTracker
 
 # Leads every stored session of this format; anything else is another version's.
@@ -161,18 +161,6 @@ def pack_session(body: bytes) -> bytes:
     return SESSION_FORMAT + zlib.compress(body, COMPRESS_LEVEL)
 
 
-def _expanded(data: Any) -> Any:
-    """A stored state's strings put back where `TrackerState` would, but in place: the
-    data was just parsed and is ours, so nothing is copied (half of reading a session
-    another replica saved, issue 11)."""
-    if not isinstance(data, dict) or "strings" not in data:
-        return data  # the validator reports what is wrong with it
-    strings = data.pop("strings")
-    if not isinstance(strings, list):
-        raise StateError("the state's string table is not a list")
-    return expand(data, strings, in_place=True)
-
-
 def load_session(
     config: TrackerConfig, data: bytes, client: LLMClient | None = None
 ) -> SessionData:
@@ -188,7 +176,7 @@ def load_session(
         raise StateFormatError(f"stored session inflates beyond {MAX_SESSION_BYTES} bytes")
     try:
         raw = json.loads(text)
-        state = TrackerState.model_validate(_expanded(raw["state"]))
+        state = TrackerState.model_validate(expand_state(raw["state"], in_place=True))
         length, tail = raw["length"], raw["tail"]
         if not isinstance(length, int) or length < 0:
             raise StateFormatError(f"stored session has a bad history length {length!r}")
