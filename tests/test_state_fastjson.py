@@ -29,7 +29,7 @@ from judge.service.state import (
     new_tracker,
     stored_tail,
 )
-from judge.state import TrackerState
+from judge.state import MAX_STATE_BYTES, PLAIN_MAX_BYTES, TrackerState
 from judge.trajectories.dataset import load_dataset
 
 pytestmark = pytest.mark.anyio
@@ -66,7 +66,13 @@ async def test_recorded_saves_read_back_as_the_full_path_writes_them() -> None:
         for end in assistant_turn_ends(messages) or [len(messages)]:
             await tracker.turn_started(messages[:end])
             fast = dump_tracker(tracker)  # through the tracker's memo, reused turn to turn
-            assert _read(fast) == _read(_full(tracker))
+            full = _read(_full(tracker))
+            assert _read(fast) == full
+            # Both fast writers, whichever dump_tracker took for this state's size.
+            state = tracker.state
+            compacted, plain = state.fast_json(), state.plain_json(max_bytes=MAX_STATE_BYTES)
+            assert compacted is not None and _read(compacted) == full
+            assert plain is not None and _read(plain) == full
             saves += 1
         restored = LoopTracker.from_state(CONFIG, fast.decode("utf-8"))
         assert _read(dump_tracker(restored)) == _read(fast)
@@ -220,3 +226,56 @@ async def test_the_memo_keeps_only_the_last_save() -> None:
         sizes.append(len(memo.by_encoded))
     # Bounded by the windows the tracker keeps, not by the turns seen.
     assert max(sizes[60:]) <= max(sizes[:60])
+
+
+async def test_a_small_state_is_saved_plain_and_a_large_one_compacted() -> None:
+    """A sidecar's save skips the table of long strings while the state is small
+    (`TrackerState.plain_json`) and compacts it past PLAIN_MAX_BYTES; both read back as
+    the full path writes them, and a restored tracker goes on from either."""
+    tracker = new_tracker(CONFIG)
+    history: list[dict[str, Any]] = [{"role": "user", "content": "Summarize every log."}]
+    kinds = []
+    for n in range(40):
+        call = {
+            "id": f"c{n}",
+            "type": "function",
+            "function": {"name": "cat", "arguments": json.dumps({"path": f"logs/{n}.txt"})},
+        }
+        history.append({"role": "assistant", "content": f"Log {n}.", "tool_calls": [call]})
+        body = f"log {n}: " + " ".join(f"line {n}-{i} ok" for i in range(300))
+        history.append({"role": "tool", "tool_call_id": f"c{n}", "content": body})
+        await tracker.turn_started(history)
+        saved = dump_tracker(tracker)
+        kinds.append("strings" in json.loads(saved))
+        assert _read(saved) == _read(_full(tracker))
+        assert len(saved) <= PLAIN_MAX_BYTES or kinds[-1]  # never plain past the bound
+        restored = LoopTracker.from_state(CONFIG, saved.decode("utf-8"))
+        assert _read(dump_tracker(restored)) == _read(saved)
+    assert not kinds[0] and kinds[-1]  # plain at first, compacted once it grew
+
+
+def test_the_plain_form_keeps_awkward_keys_and_writes_numbers_as_pydantic_does() -> None:
+    long = "z" * 80
+    detectors = {
+        "x": {"\x00s": 3, "\x00#1": long, long: [long, long], "nan": math.nan, "big": 10**30}
+    }
+    state = TrackerState(detectors=detectors)
+    plain = state.plain_json()
+    assert plain is not None and b'"strings"' not in plain
+    assert _read(plain) == _read(state.model_dump_json())
+    assert TrackerState.model_validate_json(plain).detectors["x"]["\x00s"] == 3
+
+
+def test_the_plain_form_is_refused_where_the_compact_one_might_not_fit_the_cap() -> None:
+    state = TrackerState(detectors={"x": {"text": "w " * 500}})
+    size = len(state.plain_json() or b"")
+    assert size > 1000
+    assert state.with_max_bytes(2 * size + 16).plain_json() is not None
+    assert state.with_max_bytes(2 * size + 15).plain_json() is None
+    assert state.with_max_bytes(MAX_STATE_BYTES).plain_json(max_bytes=size - 1) is None
+
+
+async def test_an_unrestored_tracker_is_never_saved_plain() -> None:
+    tracker = LoopTracker(CONFIG)  # reads raw: its save must scrub every string
+    await tracker.turn_started([{"role": "user", "content": f"key {GITHUB_PAT}"}])
+    assert tracker.state.plain_json() is None

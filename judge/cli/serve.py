@@ -100,6 +100,7 @@ def run(args: argparse.Namespace, console: Console) -> int:
         import uvicorn
 
         from judge.service.app import OPENAPI_FILE, create_app, openapi_text
+        from judge.service.collector import tune_collector
         from judge.service.settings import ServerSettings
     except ImportError as exc:
         raise UsageError(
@@ -141,5 +142,7 @@ def run(args: argparse.Namespace, console: Console) -> int:
         f"(sessions: {'redis' if settings.redis_url else 'memory'}; auth: {who})",
         highlight=False,
     )
-    uvicorn.Server(uvicorn_config(app, settings)).run()
+    server = uvicorn.Server(uvicorn_config(app, settings))
+    tune_collector()  # after the app and its imports exist: they are frozen with it
+    server.run()
     return 0

@@ -96,6 +96,12 @@ INDEX_REFRESH_FRACTION = 1 / 60
 # and each command costs the server's loop ~0.1 ms of redis-py besides the wait); a save
 # that refreshes the index adds a third.
 
+# Every script is sent as EVAL with its text, not registered with redis-py: its script
+# object checks its client against a Protocol at each call (~0.1 ms, 3% of a Redis turn's
+# CPU, issue 11) and runs a pipeline holding one only after a SCRIPT EXISTS round trip of
+# its own. Redis compiles a text once and keeps it by digest, and EVAL cannot miss a
+# script that a restart or SCRIPT FLUSH lost.
+
 # Takes the lock and reads the session, skipping its (large) data when the caller's
 # cached copy is current.
 # KEYS: lock, session hash. ARGV: our token, lease in ms, the generation the caller holds
@@ -478,9 +484,6 @@ class RedisStore:
         # Wall clock, not monotonic: index scores are compared across replicas.
         self._clock = clock
         self._lease_ms = max(1, round(lock_lease_s * 1000))
-        self._lock_and_read = redis.register_script(_LOCK_AND_READ)
-        self._renew_script = redis.register_script(_RENEW)
-        self._unlock = redis.register_script(_UNLOCK)
         self._cache: OrderedDict[str, tuple[bytes, Session]] = OrderedDict()
         self._cache_size = max_sessions
 
@@ -494,7 +497,7 @@ class RedisStore:
 
         while True:
             try:
-                renewed = await self._renew_script(keys=[lock_key], args=[token, self._lease_ms])
+                renewed = await self._redis.eval(_RENEW, 1, lock_key, token, self._lease_ms)
             except RedisError as exc:
                 logger.warning("could not renew session lock %s: %s", lock_key, exc)
                 return
@@ -527,8 +530,8 @@ class RedisStore:
         deadline = time.monotonic() + self._wait
         while True:
             with _redis_errors(key):
-                reply = await self._lock_and_read(
-                    keys=[lock_key, session_key], args=[token, self._lease_ms, generation]
+                reply = await self._redis.eval(
+                    _LOCK_AND_READ, 2, lock_key, session_key, token, self._lease_ms, generation
                 )
             if reply != 0:
                 break
@@ -592,10 +595,7 @@ class RedisStore:
             timer.cancel()
             if renewal is not None:
                 renewal.cancel()
-            # EVAL with the script's text, not a registered script: redis-py runs a
-            # pipeline holding one after a SCRIPT EXISTS round trip of its own, a third of
-            # a turn's Redis traffic (issue 11). Redis compiles the text once and keeps it
-            # by digest, and EVAL cannot miss a script that a restart or SCRIPT FLUSH lost.
+            # Every script is sent as EVAL with its text (see _LOCK_AND_READ).
             save = (_SAVE_AND_UNLOCK, 2, lock_key, session_key, token, generation, blob)
             with _redis_errors(key):
                 ok = await self._redis.eval(*save, self._ttl_ms)
@@ -636,7 +636,7 @@ class RedisStore:
         from redis.exceptions import RedisError
 
         try:
-            await self._unlock(keys=[lock_key], args=[token])
+            await self._redis.eval(_UNLOCK, 1, lock_key, token)
         except RedisError as exc:
             logger.debug("session lock %s not released: %s", lock_key, exc)
 
