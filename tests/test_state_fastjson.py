@@ -279,3 +279,16 @@ async def test_an_unrestored_tracker_is_never_saved_plain() -> None:
     tracker = LoopTracker(CONFIG)  # reads raw: its save must scrub every string
     await tracker.turn_started([{"role": "user", "content": f"key {GITHUB_PAT}"}])
     assert tracker.state.plain_json() is None
+
+
+async def test_streamed_text_is_scrubbed_by_every_writer_and_skipped_only_when_empty() -> None:
+    tracker = new_tracker(CONFIG)  # a restored tracker: the fast writers serve it
+    await tracker.turn_started([{"role": "user", "content": "Deploy it."}])
+    quiet = tracker.state
+    assert quiet.plain_json() is not None  # no streamed text: nothing to scrub there
+    tracker.content_chunk(f"Using the token {GITHUB_PAT} to push")
+    state = tracker.state
+    for saved in (state.plain_json(), state.fast_json(), _full(tracker)):
+        assert saved is not None
+        assert GITHUB_PAT[4:14] not in saved.decode("utf-8")
+        assert _read(saved) == _read(_full(tracker))
