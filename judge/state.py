@@ -290,8 +290,7 @@ def _holds_text(part: dict[str, Any]) -> bool:
     streams), and scrubbing it anyway cost ~0.15 ms of each sidecar save (issue 11); its
     keys are the detector's attribute names, never data."""
     return not all(
-        value is None or type(value) in (bool, int, float) or value == ""
-        for value in part.values()
+        value is None or type(value) in (bool, int, float) or value == "" for value in part.values()
     )
 
 

@@ -292,3 +292,15 @@ async def test_streamed_text_is_scrubbed_by_every_writer_and_skipped_only_when_e
         assert saved is not None
         assert GITHUB_PAT[4:14] not in saved.decode("utf-8")
         assert _read(saved) == _read(_full(tracker))
+
+
+async def test_a_session_whose_tail_holds_a_lone_surrogate_reads_back() -> None:
+    """pydantic-core's parser refuses a lone surrogate's escape, which ``json`` writes for
+    a message that held one (JSON allows it): `load_session` reads it with ``json``."""
+    tracker = new_tracker(CONFIG)
+    history: list[dict[str, Any]] = [{"role": "user", "content": "half an emoji: \ud83d"}]
+    await tracker.turn_started(history)
+    blob = dump_session(tracker, 1, stored_tail(tracker, history[-1]))
+    session = load_session(CONFIG, blob)
+    assert session.length == 1 and session.tail["content"] == "half an emoji: \ud83d"
+    assert _read(dump_tracker(session.tracker)) == _read(dump_tracker(tracker))
