@@ -13,7 +13,8 @@ from rich.console import Console
 
 pytest.importorskip("uvicorn")
 
-from judge.service.collector import YOUNG_THRESHOLD, tune_collector
+from judge.service import tune_collector
+from judge.service.collector import YOUNG_THRESHOLD
 
 
 @pytest.fixture

@@ -99,8 +99,8 @@ def run(args: argparse.Namespace, console: Console) -> int:
     try:
         import uvicorn
 
+        from judge.service import tune_collector
         from judge.service.app import OPENAPI_FILE, create_app, openapi_text
-        from judge.service.collector import tune_collector
         from judge.service.settings import ServerSettings
     except ImportError as exc:
         raise UsageError(

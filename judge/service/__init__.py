@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from judge.service.app import create_app
+    from judge.service.collector import tune_collector
     from judge.service.metrics import Metrics
     from judge.service.settings import ServerSettings
     from judge.service.store import (
@@ -32,6 +33,7 @@ __all__ = [
     "StoreError",
     "create_app",
     "store_from_settings",
+    "tune_collector",
 ]
 
 _HOMES = {
@@ -43,6 +45,7 @@ _HOMES = {
     "StoreError": "judge.service.store",
     "store_from_settings": "judge.service.store",
     "Metrics": "judge.service.metrics",
+    "tune_collector": "judge.service.collector",
 }
 
 
