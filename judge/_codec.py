@@ -430,6 +430,7 @@ class EncodeMemo:
         self._used: dict[int, _MemoEntry] = {}
         self.by_encoded: dict[int, _MemoEntry] = {}
         self.key_text: dict[str, str] = {}  # `CompactWriter`'s short keys, as JSON text
+        self.last_bytes = 0  # the size of the last save written (its writer's choice)
         # One save at a time per tracker (the sidecar's session lock already ensures it).
         self.lock = threading.Lock()
 

@@ -254,6 +254,35 @@ async def test_a_small_state_is_saved_plain_and_a_large_one_compacted() -> None:
     assert not kinds[0] and kinds[-1]  # plain at first, compacted once it grew
 
 
+async def test_a_state_saved_large_is_not_written_plain_first(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Once a save is over PLAIN_MAX_BYTES, the next goes straight to the compact writer
+    (writing it plain first, to be refused, doubled the cost of every large save)."""
+    tracker = new_tracker(CONFIG)
+    history: list[dict[str, Any]] = [{"role": "user", "content": "Read the logs."}]
+    plain_calls = []
+    real = TrackerState.plain_json
+
+    def counting(self: TrackerState, max_bytes: int = PLAIN_MAX_BYTES) -> bytes | None:
+        plain_calls.append(max_bytes)
+        return real(self, max_bytes)
+
+    monkeypatch.setattr(TrackerState, "plain_json", counting)
+    sizes = []
+    for n in range(40):
+        call = {"id": f"c{n}", "type": "function", "function": {"name": "cat", "arguments": "{}"}}
+        history.append({"role": "assistant", "content": f"Log {n}.", "tool_calls": [call]})
+        body = " ".join(f"entry {n}-{i} fine" for i in range(300))
+        history.append({"role": "tool", "tool_call_id": f"c{n}", "content": body})
+        await tracker.turn_started(history)
+        before = len(plain_calls)
+        sizes.append(len(dump_tracker(tracker)))
+        tried_plain = len(plain_calls) > before
+        assert tried_plain == (n == 0 or sizes[-2] <= PLAIN_MAX_BYTES)
+    assert sizes[-1] > PLAIN_MAX_BYTES
+
+
 def test_the_plain_form_keeps_awkward_keys_and_writes_numbers_as_pydantic_does() -> None:
     long = "z" * 80
     detectors = {
@@ -281,14 +310,31 @@ async def test_an_unrestored_tracker_is_never_saved_plain() -> None:
     assert tracker.state.plain_json() is None
 
 
-async def test_streamed_text_is_scrubbed_by_every_writer_and_skipped_only_when_empty() -> None:
+async def test_streamed_text_is_scrubbed_by_every_writer_and_skipped_only_when_empty(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import judge.state
+
+    scrubbers = []
+    real = judge.state.redacted_by
+
+    def counting(redactor: Any) -> Any:
+        scrubbers.append(redactor)
+        return real(redactor)
+
+    monkeypatch.setattr(judge.state, "redacted_by", counting)
     tracker = new_tracker(CONFIG)  # a restored tracker: the fast writers serve it
     await tracker.turn_started([{"role": "user", "content": "Deploy it."}])
     quiet = tracker.state
-    assert quiet.plain_json() is not None  # no streamed text: nothing to scrub there
+    scrubbers.clear()
+    assert quiet.plain_json() is not None and quiet.fast_json() is not None
+    assert scrubbers == []  # no streamed text: no scrubbing pass over it
     tracker.content_chunk(f"Using the token {GITHUB_PAT} to push")
     state = tracker.state
-    for saved in (state.plain_json(), state.fast_json(), _full(tracker)):
+    scrubbers.clear()
+    plain, compacted = state.plain_json(), state.fast_json()
+    assert len(scrubbers) == 2  # each writer scrubbed the streamed text on its way out
+    for saved in (plain, compacted, _full(tracker)):
         assert saved is not None
         assert GITHUB_PAT[4:14] not in saved.decode("utf-8")
         assert _read(saved) == _read(_full(tracker))
@@ -304,3 +350,29 @@ async def test_a_session_whose_tail_holds_a_lone_surrogate_reads_back() -> None:
     session = load_session(CONFIG, blob)
     assert session.length == 1 and session.tail["content"] == "half an emoji: \ud83d"
     assert _read(dump_tracker(session.tracker)) == _read(dump_tracker(tracker))
+
+
+def test_a_planted_session_nested_past_any_parser_is_a_state_format_error() -> None:
+    from judge.service.state import StateFormatError
+
+    depth = 100_000
+    body = b'{"length":1,"tail":' + b"[" * depth + b"]" * depth + b',"state":{}}'
+    with pytest.raises(StateFormatError):
+        load_session(CONFIG, SESSION_FORMAT + zlib.compress(body))
+
+
+def test_a_fresh_ladder_state_and_stats_equal_their_defaults_and_share_nothing() -> None:
+    """Built without pydantic reading the default factories (`_fresh_state`,
+    `TrackerStats.fresh`): equal to the validated defaults, and no two share a dict."""
+    from judge.response.ladder import LadderState, _fresh_state
+    from judge.response.stats import TrackerStats
+
+    assert _fresh_state() == LadderState()
+    assert TrackerStats.fresh() == TrackerStats()
+    one, two = TrackerStats.fresh(), TrackerStats.fresh()
+    one.actions["stop"] = 1
+    one.detections_by_kind["action"] = 1
+    assert two.actions == {} and two.detections_by_kind == {}
+    first, second = _fresh_state(), _fresh_state()
+    first.overrides.append(None)  # type: ignore[arg-type]
+    assert second.overrides == [] and first.patterns is not second.patterns

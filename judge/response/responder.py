@@ -127,7 +127,7 @@ class Responder:
             ),
             redactor=self.redactor,
         )
-        self.stats = TrackerStats.model_construct()
+        self.stats = TrackerStats.fresh()
         self.telemetry = telemetry if telemetry is not None else Telemetry.deferred()
         if memory is None and config.memory_path is not None:
             from judge.response.memory import LoopMemory

@@ -39,6 +39,13 @@ class TrackerStats(BaseModel):
     judge_latency_s_sum: float = 0.0
     judge_latency_s_max: float = 0.0
 
+    @classmethod
+    def fresh(cls) -> TrackerStats:
+        """All zero, without validation (the schema is built on first use). The dicts are
+        given: pydantic reads each default factory's signature when it calls one, ~0.1 ms
+        apiece for every tracker a sidecar session builds or restores (issue 11)."""
+        return cls.model_construct(detections_by_kind={}, detections_by_source={}, actions={})
+
     def record_check(self, verdict: Verdict) -> None:
         """Count a turn whose verdict carries judge calls (one check)."""
         self.checks += 1

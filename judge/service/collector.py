@@ -8,6 +8,10 @@ allocations) a 1,000-session Redis run spent 12% of the server's CPU in the coll
 every live session's objects). Collecting young objects less often leaves that work to
 reference counting, which frees nearly all of them anyway.
 
+Freezing has one cost: objects alive at startup that later form garbage cycles (a cache
+of an imported module rebuilt, say) are never collected. A server's startup heap is its
+modules and its app, kept for the process's life, so that is at most a little memory.
+
 Only ``loop-judge serve`` calls this: the process is ours. An application that mounts the
 sidecar in its own server (`judge.service.create_app`) keeps its own collector settings,
 and may call `tune_collector` itself.

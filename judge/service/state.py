@@ -24,7 +24,7 @@ from judge.config import TrackerConfig
 from judge.errors import StateError
 from judge.llm._litellm import LLMClient
 from judge.llm.redaction import redactor_for
-from judge.state import TrackerState, expand_state, redacting_reader
+from judge.state import PLAIN_MAX_BYTES, TrackerState, expand_state, redacting_reader
 from judge.tracker import LoopTracker
 
 # Leads every stored session of this format; anything else is another version's.
@@ -97,10 +97,15 @@ def dump_tracker(tracker: LoopTracker) -> bytes:
     memo = _memo_for(tracker)
     with memo.lock, memo.active():
         state = tracker.state
-        data = state.plain_json()
+        # A state whose last save was over the plain form's bound is not written plain
+        # first only to be refused: states change by a turn's worth between saves.
+        data = state.plain_json() if memo.last_bytes <= PLAIN_MAX_BYTES else None
         if data is None:
             data = state.fast_json(memo)
-    return data if data is not None else state.model_dump_json().encode("utf-8")
+    if data is None:
+        data = state.model_dump_json().encode("utf-8")
+    memo.last_bytes = len(data)
+    return data
 
 
 # Each live tracker's save memo, forgotten with the tracker.
@@ -196,7 +201,7 @@ def load_session(
         if not isinstance(length, int) or length < 0:
             raise StateFormatError(f"stored session has a bad history length {length!r}")
         return SessionData(_from_state(config, state, client), length, tail)
-    except (ValueError, KeyError, TypeError, ValidationError, StateError) as exc:
+    except (ValueError, KeyError, TypeError, RecursionError, ValidationError, StateError) as exc:
         if isinstance(exc, StateFormatError):
             raise
         raise StateFormatError(f"stored session is not readable tracker state: {exc}") from exc
