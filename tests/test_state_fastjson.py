@@ -58,6 +58,17 @@ def _full(tracker: LoopTracker) -> bytes:
     return tracker.state.model_dump_json().encode("utf-8")
 
 
+def _add_step(history: list[dict[str, Any]], n: int, tool: str, path: str, result: str) -> None:
+    """One assistant turn calling ``tool`` on ``path`` and its result, appended."""
+    call = {
+        "id": f"c{n}",
+        "type": "function",
+        "function": {"name": tool, "arguments": json.dumps({"path": path})},
+    }
+    history.append({"role": "assistant", "content": f"Step {n}.", "tool_calls": [call]})
+    history.append({"role": "tool", "tool_call_id": f"c{n}", "content": result})
+
+
 async def test_recorded_saves_read_back_as_the_full_path_writes_them() -> None:
     saves = 0
     for trajectory in _trajectories():
@@ -211,13 +222,7 @@ async def test_the_memo_keeps_only_the_last_save() -> None:
     memo = EncodeMemo()
     sizes = []
     for n in range(90):
-        call = {
-            "id": f"c{n}",
-            "type": "function",
-            "function": {"name": "read", "arguments": json.dumps({"path": f"f{n}.py"})},
-        }
-        history.append({"role": "assistant", "content": f"Reading {n}.", "tool_calls": [call]})
-        history.append({"role": "tool", "tool_call_id": f"c{n}", "content": f"body {n}"})
+        _add_step(history, n, "read", f"f{n}.py", f"body {n}")
         await tracker.turn_started(history)
         with memo.active():
             state = tracker.state
@@ -236,14 +241,8 @@ async def test_a_small_state_is_saved_plain_and_a_large_one_compacted() -> None:
     history: list[dict[str, Any]] = [{"role": "user", "content": "Summarize every log."}]
     kinds = []
     for n in range(40):
-        call = {
-            "id": f"c{n}",
-            "type": "function",
-            "function": {"name": "cat", "arguments": json.dumps({"path": f"logs/{n}.txt"})},
-        }
-        history.append({"role": "assistant", "content": f"Log {n}.", "tool_calls": [call]})
         body = f"log {n}: " + " ".join(f"line {n}-{i} ok" for i in range(300))
-        history.append({"role": "tool", "tool_call_id": f"c{n}", "content": body})
+        _add_step(history, n, "cat", f"logs/{n}.txt", body)
         await tracker.turn_started(history)
         saved = dump_tracker(tracker)
         kinds.append("strings" in json.loads(saved))
@@ -271,10 +270,8 @@ async def test_a_state_saved_large_is_not_written_plain_first(
     monkeypatch.setattr(TrackerState, "plain_json", counting)
     sizes = []
     for n in range(40):
-        call = {"id": f"c{n}", "type": "function", "function": {"name": "cat", "arguments": "{}"}}
-        history.append({"role": "assistant", "content": f"Log {n}.", "tool_calls": [call]})
         body = " ".join(f"entry {n}-{i} fine" for i in range(300))
-        history.append({"role": "tool", "tool_call_id": f"c{n}", "content": body})
+        _add_step(history, n, "cat", f"logs/{n}.txt", body)
         await tracker.turn_started(history)
         before = len(plain_calls)
         sizes.append(len(dump_tracker(tracker)))
