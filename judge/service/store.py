@@ -167,8 +167,8 @@ class SessionLockLost(StoreError):
 class Session(SessionData):
     """A session checked out of a store for one request.
 
-    ``blob``: the caller's own `dump_session` of the finished turn (made off the event
-    loop), saved as is; without one the store serializes. ``discard()``: the tracker may
+    ``blob``: the caller's own `pack` of the finished turn (made off the event loop),
+    saved as is; without one the store packs it. ``discard()``: the tracker may
     be half-updated (a turn stopped mid-way), so it is not saved, and a store that keeps
     live trackers forgets it.
     """
@@ -183,6 +183,13 @@ class Session(SessionData):
 
     def discard(self) -> None:
         self.discarded = True
+
+    def pack(self) -> bytes:
+        """Serialize the session as it stands into ``blob`` (the bytes a store keeps),
+        noting the size of its JSON in ``state_bytes``."""
+        body = session_json(self.tracker, self.length, self.tail)
+        self.blob, self.state_bytes = pack_session(body), len(body)
+        return self.blob
 
 
 @runtime_checkable
@@ -587,10 +594,7 @@ class RedisStore:
             yield session
             if session.discarded:
                 return
-            blob = session.blob
-            if blob is None:
-                body = session_json(session.tracker, session.length, session.tail)
-                blob, session.state_bytes = pack_session(body), len(body)
+            blob = session.blob if session.blob is not None else session.pack()
             generation = secrets.token_hex(GENERATION_BYTES).encode()
             timer.cancel()
             if renewal is not None:

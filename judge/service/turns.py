@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any, overload
 
 from judge.errors import LoopJudgeError
-from judge.service.state import SessionData, pack_session, session_json, stored_tail
+from judge.service.state import SessionData, stored_tail
 from judge.service.store import Session
 from judge.verdict import Verdict
 
@@ -96,8 +96,7 @@ async def run_turn(session: Session, history: Sequence[Any], serialize: bool) ->
     session.length = len(history)
     session.tail = stored_tail(session.tracker, history[-1]) if len(history) else None
     if serialize:
-        body = session_json(session.tracker, session.length, session.tail)
-        session.blob, session.state_bytes = pack_session(body), len(body)
+        session.pack()
     return TurnOutcome(verdict, verdict.model_dump_json().encode("utf-8"))
 
 
