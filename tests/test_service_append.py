@@ -260,3 +260,57 @@ async def test_stored_sessions_hold_no_secret_and_appends_still_fit(redis_url: s
     plain = zlib.decompress(stored[len(SESSION_FORMAT) :]).decode()
     assert "hunter2hunter2" not in plain
     assert '"tail":{' in plain  # the tail is kept, redacted, not dropped
+
+
+class _SidecarTracker:
+    """A tracker an agent drives through the sidecar's append API, each turn on the next
+    of ``clients`` (with Redis, every turn restores the state another replica saved)."""
+
+    def __init__(self, clients: list[httpx.AsyncClient]) -> None:
+        self.clients = clients
+        self.sent = 0
+        self.turns = 0
+
+    async def turn_started(self, history: list[dict[str, Any]]) -> Verdict:
+        client = self.clients[self.turns % len(self.clients)]
+        body = {"messages": history[self.sent :], "start": self.sent}
+        r = await client.post("/v1/sessions/live/turns", json=body)
+        assert r.status_code == 200, r.text
+        self.sent, self.turns = len(history), self.turns + 1
+        return Verdict.model_validate(r.json())
+
+
+async def test_the_live_loop_through_the_sidecar_matches_the_library(apps: list[Any]) -> None:
+    """The flow an agent lives in, across saves: it loops, the recovery message is
+    appended, it obeys, later relapses; each turn's verdict equals the library's on the
+    same history, and obeying is not flagged again."""
+    from tests.fakes import live_agent
+
+    async with client_for(apps[0]) as first, client_for(apps[1]) as second:
+        agent = live_agent(_SidecarTracker([first, second]))
+        library = LoopTracker(TrackerConfig())
+        verdicts = []
+
+        async def turn() -> Verdict:
+            expected = await library.turn_started(list(agent.messages))
+            got = await agent.turn()
+            assert got == expected
+            verdicts.append(got)
+            return got
+
+        order, shipped = {"customer": "42"}, "order 7: shipped, 2 items"
+        for _ in range(8):  # the same lookup until it is flagged
+            agent.call("testTool", order, shipped)
+            flagged = await turn()
+            if flagged:
+                break
+        assert flagged and agent.messages[-1]["content"] == flagged.recovery_message
+        agent.say("Your order 7 has shipped with 2 items.")
+        assert not await turn()  # obeyed: not flagged again
+        agent.user("Thanks. And order 8?")
+        assert not await turn()
+        for _ in range(8):  # the same lookup again: a relapse
+            agent.call("testTool", order, shipped)
+            if await turn():
+                break
+    assert sum(bool(v) for v in verdicts) >= 2  # the first loop and the relapse
