@@ -294,7 +294,7 @@ async def test_the_live_loop_through_the_sidecar_matches_the_library(apps: list[
         async def turn() -> Verdict:
             expected = await library.turn_started(list(agent.messages))
             got = await agent.turn()
-            assert got == expected
+            assert isinstance(got, Verdict) and got == expected
             verdicts.append(got)
             return got
 
