@@ -16,7 +16,13 @@ the same turn, in one process, so their ratio does not depend on the machine's l
   the same action failing three times, the same monologue three times, or an A-B pattern
   over six steps;
 - a reference, ``one-regex-pass``: a single regex search over each new message's text and
-  arguments, the floor for a CPython detector that reads the new text at all.
+  arguments, the floor for a CPython detector that reads the new text at all;
+- two floors of loop-judge itself, which show where the issue 11 goal (median 20 us per
+  turn) stands before any detector runs: ``lj-reading-only``, the history reader alone
+  (checking each new entry's shape, so a bad one is named by index and field, and
+  normalizing it), and ``lj-no-detectors``, a whole ``turn_started`` of a tracker built
+  with ``detectors=[]`` (reading, pairing each call with its result, classifying and
+  keying the result, the turn's bookkeeping and its verdict).
 
 The two baselines are ports in a few lines each, enough to cost what the originals cost
 per turn (the originals also hash and compare event objects); they are not used for
@@ -173,11 +179,14 @@ async def replay(
 ) -> dict[str, list[float]]:
     """Microseconds per turn of each detector, measured turn by turn side by side."""
     from judge import LoopTracker, TrackerConfig
+    from judge.conversation import Conversation
     from judge.evaluation.replay import assistant_turn_ends
 
     config = TrackerConfig(fast_model=None, confirm_model=None, semantic=semantic)
     out: dict[str, list[float]] = {
         "loop-judge": [],
+        "lj-no-detectors": [],
+        "lj-reading-only": [],
         "gemini-style": [],
         "openhands-style": [],
         "one-regex-pass": [],
@@ -185,16 +194,22 @@ async def replay(
     clock = CLOCKS[clock_name]
     for messages in runs:
         tracker = LoopTracker(config)
-        rules: list[tuple[str, Callable[[Sequence[dict[str, Any]]], bool]]] = [
+        bare = LoopTracker(config, detectors=[])
+        reader = Conversation(
+            history_messages=config.history_messages, message_chars=config.max_message_chars
+        )
+        rules: list[tuple[str, Callable[[Sequence[dict[str, Any]]], Any]]] = [
             ("gemini-style", GeminiRule()),
             ("openhands-style", OpenHandsRule()),
             ("one-regex-pass", OneScan()),
+            ("lj-reading-only", reader.read),
         ]
         for end in assistant_turn_ends(messages):
             history = messages[:end]
-            started = clock()
-            await tracker.turn_started(history)
-            out["loop-judge"].append((clock() - started) / 1_000)
+            for name, lj in (("loop-judge", tracker), ("lj-no-detectors", bare)):
+                started = clock()
+                await lj.turn_started(history)
+                out[name].append((clock() - started) / 1_000)
             for name, rule in rules:
                 started = clock()
                 rule(history)
