@@ -20,11 +20,13 @@ API: ``--baseline-modes full``).
 ``/healthz`` is polled every 10 ms; it reports the slowest health answer.
 
 The client is a small keep-alive HTTP/1.1 pool on asyncio streams (~30 us per request),
-so the figures are the server's, not an HTTP library's; client and server still share
-the machine's cores, so they are a floor for a server with cores of its own. Each row
-says how many cores each side used (CPU seconds over wall seconds: the client's from its
-own process clock, the server's from /proc). Requests
-wait for a free connection of the pool (at most ``--connections``), and that wait is
+so the figures are the server's, not an HTTP library's (``--client httpx`` drives the
+servers with httpx instead, the client of the first release's ``evals/bench_server.py``,
+whose figures issue 11 quotes: there the client is what saturates a core); client and
+server still share the machine's cores, so they are a floor for a server with cores of
+its own. Each row says how many cores each side used (CPU seconds over wall seconds: the
+client's from its own process clock, the server's from /proc). Requests wait for a free
+connection of the pool (at most ``--connections``), and that wait is
 part of their latency, as in any pooled client.
 
 Run from the repository root:  .venv/bin/python evals/bench_sidecar.py
@@ -230,6 +232,35 @@ class Pool:
             writer.close()
 
 
+class HttpxPool:
+    """The same requests through an httpx client with as many keep-alive connections: what
+    an agent written with a common HTTP library costs the shared cores."""
+
+    def __init__(self, port: int, size: int) -> None:
+        import httpx
+
+        self._transport_error = httpx.TransportError
+        self._client = httpx.AsyncClient(
+            base_url=f"http://127.0.0.1:{port}",
+            headers={"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/json"},
+            limits=httpx.Limits(max_connections=size, max_keepalive_connections=size),
+            timeout=REQUEST_TIMEOUT_S,
+        )
+
+    async def request(self, method: str, path: str, body: bytes = b"") -> tuple[int, bytes]:
+        try:
+            response = await self._client.request(method, path, content=body)
+        except self._transport_error as exc:  # counted like the streams client's failures
+            raise ConnectionError(f"httpx {type(exc).__name__}") from exc
+        return response.status_code, response.content
+
+    async def aclose(self) -> None:
+        await self._client.aclose()
+
+
+CLIENTS: dict[str, type[Pool] | type[HttpxPool]] = {"streams": Pool, "httpx": HttpxPool}
+
+
 def history(turns: int, session: int) -> list[dict[str, Any]]:
     """An agent reading a different file each turn (no loop, no judge: nothing is due)."""
     messages: list[dict[str, Any]] = [
@@ -292,7 +323,8 @@ async def drive(
     every turn finds the session saved by another replica (the worst case)."""
     server, store, mode = label
     per_replica = max(1, min(sessions, args.connections) // len(ports))
-    pools = [Pool(port, per_replica) for port in ports]
+    client = CLIENTS[args.client]
+    pools = [client(port, per_replica) for port in ports]
     run_id = f"{server.replace(' ', '_')}-{store}-{mode}-{sessions}-{time.monotonic_ns()}"
     warm = json.dumps({"messages": history(1, -1)}).encode()
     for i in range(WARMUP_REQUESTS):
@@ -451,6 +483,12 @@ def main(argv: list[str] | None = None) -> int:
         default="sticky",
         help="how --replicas share the sessions: each session on one replica, or each "
         "turn on the next replica",
+    )
+    parser.add_argument(
+        "--client",
+        choices=sorted(CLIENTS),
+        default="streams",
+        help="the HTTP client driving the servers (default streams, the lightest)",
     )
     parser.add_argument("--huge", action="store_true", help="add the /healthz stall test")
     parser.add_argument("--json", action="store_true", help="print the results as JSON")
