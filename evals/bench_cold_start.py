@@ -17,6 +17,11 @@ the child): on a shared machine CPU time is the steadier of the two. Bytecode is
 once into a temporary PYTHONPYCACHEPREFIX first (`bench_hook._env`), so the figures are an
 installed package's, not a checkout recompiling edited modules.
 
+With ``--baseline-tree DIR`` (a ``git worktree`` of an earlier commit), the same steps are
+timed for that tree's package too, in the same run, with the same interpreter and
+dependencies, and the sums of both are printed side by side: work that moved from
+``import judge`` into the first tracker shows there, not as a gain.
+
 Run from the repository root:  .venv/bin/python evals/bench_cold_start.py [--runs 15]
 """
 
@@ -27,7 +32,6 @@ import json
 import shutil
 import statistics
 import subprocess
-import sys
 import tempfile
 from pathlib import Path
 
@@ -81,16 +85,35 @@ print(__import__("json").dumps({"floor": [time.perf_counter() - t0, time.process
 """
 
 
-def _steps(code: str, runs: int, pycache: Path) -> dict[str, tuple[float, float]]:
+def _steps(
+    code: str, runs: int, pycache: Path, tree: Path | None = None
+) -> dict[str, tuple[float, float]]:
     """Median wall and CPU seconds of each step ``code`` reports, over ``runs`` fresh
-    processes. CPU time (the process's own) is the steadier figure on a shared machine."""
+    processes. CPU time (the process's own) is the steadier figure on a shared machine.
+    ``tree``: import ``judge`` from that source tree instead of this one."""
     env = _env(pycache)
-    subprocess.run([str(PYTHON), "-c", code], check=True, capture_output=True, env=env)
+    cwd = None
+    if tree is not None:
+        # `python -c` puts its working directory first on sys.path: run in the tree, or
+        # this checkout's package would be the one imported.
+        env["PYTHONPATH"] = str(tree)
+        cwd = str(tree)
+        found = subprocess.run(
+            [str(PYTHON), "-c", "import judge; print(judge.__file__)"],
+            check=True,
+            capture_output=True,
+            text=True,
+            env=env,
+            cwd=cwd,
+        ).stdout.strip()
+        if not Path(found).resolve().is_relative_to(tree.resolve()):
+            raise SystemExit(f"the baseline imported {found}, not the package in {tree}")
+    subprocess.run([str(PYTHON), "-c", code], check=True, capture_output=True, env=env, cwd=cwd)
     walls: dict[str, list[float]] = {}
     cpus: dict[str, list[float]] = {}
     for _ in range(runs):
         out = subprocess.run(
-            [str(PYTHON), "-c", code], check=True, capture_output=True, text=True, env=env
+            [str(PYTHON), "-c", code], check=True, capture_output=True, text=True, env=env, cwd=cwd
         ).stdout
         for name, (wall, cpu) in json.loads(out).items():
             walls.setdefault(name, []).append(wall)
@@ -106,19 +129,26 @@ def _row(label: str, figures: tuple[float, float]) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=RUNS)
+    parser.add_argument("--baseline-tree", type=Path, help="also time this tree's package")
     args = parser.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="bench-cold-"))
     try:
         pycache = tmp / "pycache"
         _row("python -c pass", _cold([str(PYTHON), "-c", "pass"], b"", args.runs, pycache=pycache))
         _row("floor: pydantic + one model + anyio.run", _steps(_FLOOR, args.runs, pycache)["floor"])
-        steps = _steps(_STEPS, args.runs, pycache)
-        _row("import judge", steps["import"])
-        _row("first LoopTracker(TrackerConfig(semantic='off'))", steps["tracker"])
-        _row("starting the event loop (the first anyio.run)", steps["loop"])
-        _row("first turn_started in the running loop (no judge model)", steps["turn"])
-        total = tuple(sum(step[i] for step in steps.values()) for i in (0, 1))
-        _row("import + tracker + first turn (sum of the medians)", (total[0], total[1]))
+        trees: list[tuple[str, Path | None]] = [("", None)]
+        if args.baseline_tree is not None:
+            trees.insert(0, ("baseline: ", args.baseline_tree.resolve()))
+        for tag, tree in trees:
+            # Each tree's bytecode apart: the same module paths hold different code.
+            cache = pycache if tree is None else tmp / "pycache-baseline"
+            steps = _steps(_STEPS, args.runs, cache, tree)
+            _row(f"{tag}import judge", steps["import"])
+            _row(f"{tag}first LoopTracker(TrackerConfig(semantic='off'))", steps["tracker"])
+            _row(f"{tag}starting the event loop (the first anyio.run)", steps["loop"])
+            _row(f"{tag}first turn_started in the running loop", steps["turn"])
+            total = tuple(sum(step[i] for step in steps.values()) for i in (0, 1))
+            _row(f"{tag}import + tracker + first turn (sum of medians)", (total[0], total[1]))
         _, state, events = _session(tmp)
         saved = tmp / "saved"
 
@@ -138,4 +168,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    main()

@@ -297,7 +297,8 @@ class Result:
     requests: int
     errors: int
     seconds: float
-    rps: float
+    rps: float  # every answer, refusals (503) included
+    ok_rps: float  # turns answered 200 with a verdict: the throughput an agent gets
     p50_ms: float
     p99_ms: float
     client_cores: float = 0.0
@@ -390,6 +391,9 @@ async def drive(
         errors=sum(error_kinds.values()),
         seconds=round(elapsed, 2),
         rps=round(len(latencies) / elapsed, 1) if elapsed else 0.0,
+        ok_rps=(
+            round((len(latencies) - sum(error_kinds.values())) / elapsed, 1) if elapsed else 0.0
+        ),
         p50_ms=round(statistics.median(ordered) * 1000, 1) if ordered else 0.0,
         p99_ms=round(_percentile(ordered, 0.99) * 1000, 1),
         client_cores=round(client_cpu / elapsed, 2) if elapsed else 0.0,
@@ -568,17 +572,18 @@ def main(argv: list[str] | None = None) -> int:
         )
         print(
             f"{'server':<9} {'store':<7} {'mode':<7} {'sessions':>8} {'requests':>8} "
-            f"{'errors':>6} {'req/s':>8} {'p50 ms':>8} {'p99 ms':>8} {'client':>6} "
+            f"{'errors':>6} {'req/s':>8} {'ok/s':>8} {'p50 ms':>8} {'p99 ms':>8} {'client':>6} "
             f"{'server':>6} {'cpu ms/req':>10}"
         )
         for r in results:
             print(
                 f"{r.server:<9} {r.store:<7} {r.mode:<7} {r.sessions:>8} {r.requests:>8} "
-                f"{r.errors:>6} {r.rps:>8} {r.p50_ms:>8} {r.p99_ms:>8} "
+                f"{r.errors:>6} {r.rps:>8} {r.ok_rps:>8} {r.p50_ms:>8} {r.p99_ms:>8} "
                 f"{r.client_cores:>6} {r.server_cores:>6} "
                 f"{(r.server_cores * 1000 / r.rps if r.rps else 0.0):>10.2f}"
             )
         print(
+            "req/s: every answer, refusals included; ok/s: turns answered with a verdict; "
             "client, server: cores used (CPU seconds per wall second); cpu ms/req: the "
             "server's CPU per request, which the machine's other load does not change much"
         )
