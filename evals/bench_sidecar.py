@@ -462,6 +462,34 @@ async def stall(port: int, server: str) -> Stall:
     )
 
 
+# Sessions replayed in process for the turn-cost line (30 turns each: 6,000 turns, ~1 s).
+IN_PROCESS_SESSIONS = 200
+
+
+def in_process_turn_us(turns: int) -> float:
+    """Median CPU microseconds of one ``turn_started`` on the benchmark's own sessions in
+    this process, with no HTTP: the part of a request's server CPU the tracker itself takes
+    (this tree's tracker, heuristics only, the whole history passed each turn)."""
+    import anyio
+
+    from judge import LoopTracker, TrackerConfig
+
+    config = TrackerConfig(fast_model=None, confirm_model=None, semantic="off")
+
+    async def replay() -> list[int]:
+        spent = []
+        for n in range(IN_PROCESS_SESSIONS):
+            full = history(turns, n)
+            tracker = LoopTracker(config)
+            for t in range(1, turns + 1):
+                started = time.thread_time_ns()
+                await tracker.turn_started(full[: 2 + 2 * t])
+                spent.append(time.thread_time_ns() - started)
+        return spent
+
+    return statistics.median(anyio.run(replay)) / 1_000
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--sessions", default=DEFAULT_SESSIONS, help="comma list")
@@ -569,6 +597,10 @@ def main(argv: list[str] | None = None) -> int:
         print(
             f"up to {args.turns} turns per session, heuristics only, {os.cpu_count()} cores "
             f"shared by client and server, {args.connections} client connections at most"
+        )
+        print(
+            f"one turn_started of these sessions in this process, no HTTP (this tree): "
+            f"median {in_process_turn_us(args.turns):.0f} us of CPU"
         )
         print(
             f"{'server':<9} {'store':<7} {'mode':<7} {'sessions':>8} {'requests':>8} "
