@@ -19,8 +19,8 @@ installed package's, not a checkout recompiling edited modules.
 
 With ``--baseline-tree DIR`` (a ``git worktree`` of an earlier commit), the same steps are
 timed for that tree's package too, in the same run, with the same interpreter and
-dependencies, and the sums of both are printed side by side: work that moved from
-``import judge`` into the first tracker shows there, not as a gain.
+dependencies, its rows printed first, each block ending with its sum: work that moved
+from ``import judge`` into the first tracker shows there, not as a gain.
 
 Run from the repository root:  .venv/bin/python evals/bench_cold_start.py [--runs 15]
 """
@@ -37,6 +37,8 @@ from pathlib import Path
 
 from bench_hook import LOOP_JUDGE, PYTHON, _cold, _env, _session
 
+# This checkout: the package the unmarked rows time.
+REPO = Path(__file__).resolve().parents[1]
 # Fresh processes per row: the median of 15 is stable to a few ms on a shared 2-core box.
 RUNS = 15
 
@@ -92,22 +94,22 @@ def _steps(
     processes. CPU time (the process's own) is the steadier figure on a shared machine.
     ``tree``: import ``judge`` from that source tree instead of this one."""
     env = _env(pycache)
-    cwd = None
+    # `python -c` puts its working directory first on sys.path: each tree's steps run in
+    # that tree, or whichever checkout the shell stood in would be the one imported.
+    expected = (tree if tree is not None else REPO).resolve()
+    cwd = str(expected)
     if tree is not None:
-        # `python -c` puts its working directory first on sys.path: run in the tree, or
-        # this checkout's package would be the one imported.
         env["PYTHONPATH"] = str(tree)
-        cwd = str(tree)
-        found = subprocess.run(
-            [str(PYTHON), "-c", "import judge; print(judge.__file__)"],
-            check=True,
-            capture_output=True,
-            text=True,
-            env=env,
-            cwd=cwd,
-        ).stdout.strip()
-        if not Path(found).resolve().is_relative_to(tree.resolve()):
-            raise SystemExit(f"the baseline imported {found}, not the package in {tree}")
+    found = subprocess.run(
+        [str(PYTHON), "-c", "import judge; print(judge.__file__)"],
+        check=True,
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=cwd,
+    ).stdout.strip()
+    if not Path(found).resolve().is_relative_to(expected):
+        raise SystemExit(f"the steps imported {found}, not the package in {expected}")
     subprocess.run([str(PYTHON), "-c", code], check=True, capture_output=True, env=env, cwd=cwd)
     walls: dict[str, list[float]] = {}
     cpus: dict[str, list[float]] = {}
@@ -131,6 +133,8 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=RUNS)
     parser.add_argument("--baseline-tree", type=Path, help="also time this tree's package")
     args = parser.parse_args()
+    if args.baseline_tree is not None and not (args.baseline_tree / "judge").is_dir():
+        parser.error(f"--baseline-tree {args.baseline_tree} holds no judge package")
     tmp = Path(tempfile.mkdtemp(prefix="bench-cold-"))
     try:
         pycache = tmp / "pycache"
@@ -140,7 +144,7 @@ def main() -> None:
         if args.baseline_tree is not None:
             trees.insert(0, ("baseline: ", args.baseline_tree.resolve()))
         for tag, tree in trees:
-            # Each tree's bytecode apart: the same module paths hold different code.
+            # Each tree's bytecode apart, so neither run pays for the other's compiling.
             cache = pycache if tree is None else tmp / "pycache-baseline"
             steps = _steps(_STEPS, args.runs, cache, tree)
             _row(f"{tag}import judge", steps["import"])

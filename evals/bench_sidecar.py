@@ -245,6 +245,7 @@ class HttpxPool:
             headers={"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/json"},
             limits=httpx.Limits(max_connections=size, max_keepalive_connections=size),
             timeout=REQUEST_TIMEOUT_S,
+            trust_env=False,  # a proxy from the environment must not carry loopback traffic
         )
 
     async def request(self, method: str, path: str, body: bytes = b"") -> tuple[int, bytes]:
@@ -297,8 +298,8 @@ class Result:
     requests: int
     errors: int
     seconds: float
-    rps: float  # every answer, refusals (503) included
-    ok_rps: float  # turns answered 200 with a verdict: the throughput an agent gets
+    rps: float  # every request, failed ones (503, timeouts, lost connections) included
+    ok_rps: float  # requests answered 200 with the verdict expected: what an agent gets
     p50_ms: float
     p99_ms: float
     client_cores: float = 0.0
@@ -322,10 +323,25 @@ async def drive(
     ``sticky``, session ``n`` always goes to replica ``n % len(ports)``, as behind a load
     balancer with session affinity; ``rotate``, each turn goes to the next replica, so
     every turn finds the session saved by another replica (the worst case)."""
-    server, store, mode = label
     per_replica = max(1, min(sessions, args.connections) // len(ports))
     client = CLIENTS[args.client]
     pools = [client(port, per_replica) for port in ports]
+    try:
+        return await _drive(pools, label, sessions, turns, args, server_pids or [])
+    finally:  # whatever went wrong, no connection or client is left open
+        for pool in pools:
+            await pool.aclose()
+
+
+async def _drive(
+    pools: list[Pool | HttpxPool],
+    label: tuple[str, str, str],
+    sessions: int,
+    turns: int,
+    args: argparse.Namespace,
+    pids: list[int],
+) -> Result:
+    server, store, mode = label
     run_id = f"{server.replace(' ', '_')}-{store}-{mode}-{sessions}-{time.monotonic_ns()}"
     warm = json.dumps({"messages": history(1, -1)}).encode()
     for i in range(WARMUP_REQUESTS):
@@ -373,14 +389,11 @@ async def drive(
 
     started = time.perf_counter()
     client_cpu = time.process_time()
-    pids = server_pids or []
     server_cpu = sum(cpu_seconds(pid) for pid in pids)
     await asyncio.gather(*(agent(n) for n in range(sessions)))
     elapsed = time.perf_counter() - started
     client_cpu = time.process_time() - client_cpu
     server_cpu = sum(cpu_seconds(pid) for pid in pids) - server_cpu
-    for pool in pools:
-        await pool.aclose()
     ordered = sorted(latencies)
     return Result(
         server=server,
@@ -612,12 +625,13 @@ def main(argv: list[str] | None = None) -> int:
                 f"{r.server:<9} {r.store:<7} {r.mode:<7} {r.sessions:>8} {r.requests:>8} "
                 f"{r.errors:>6} {r.rps:>8} {r.ok_rps:>8} {r.p50_ms:>8} {r.p99_ms:>8} "
                 f"{r.client_cores:>6} {r.server_cores:>6} "
-                f"{(r.server_cores * 1000 / r.rps if r.rps else 0.0):>10.2f}"
+                f"{(r.server_cores * 1000 / r.ok_rps if r.ok_rps else 0.0):>10.2f}"
             )
         print(
-            "req/s: every answer, refusals included; ok/s: turns answered with a verdict; "
-            "client, server: cores used (CPU seconds per wall second); cpu ms/req: the "
-            "server's CPU per request, which the machine's other load does not change much"
+            "req/s: every request, failed ones (refusals, timeouts, lost connections) "
+            "included; ok/s: requests answered 200 with the verdict expected; client, "
+            "server: cores used (CPU seconds per wall second); cpu ms/req: the server's CPU "
+            "per request answered (ok/s), which the machine's other load does not change much"
         )
         for r in results:
             if r.error_kinds:
