@@ -13,6 +13,10 @@ Two shapes:
 Both also run with every message a copy (as a server receives it: equal, not the same
 object), which exercises the comparison by content.
 
+With ``--baseline-tree DIR`` (a ``git worktree`` of an earlier commit), the same cases run
+for that tree's package too, one after the other in the same run, and both are printed
+side by side.
+
 Run from the repository root:  .venv/bin/python evals/bench_window.py
 """
 
@@ -20,8 +24,13 @@ from __future__ import annotations
 
 import argparse
 import copy
+import json
+import os
 import statistics
+import subprocess
+import sys
 import time
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -87,19 +96,64 @@ async def rewrite_s(copies: bool) -> float:
     return time.perf_counter() - started
 
 
+def measure() -> dict[str, Any]:
+    """Every case, in this process: the package ``judge`` resolves to here."""
+    import judge
+
+    return {
+        "package": str(Path(judge.__file__).resolve().parent),
+        "window": {
+            str(window): [anyio.run(window_turn_us, window, copies) for copies in (False, True)]
+            for window in WINDOWS
+        },
+        "rewrite": [anyio.run(rewrite_s, copies) for copies in (False, True)],
+    }
+
+
+def measure_tree(tree: Path) -> dict[str, Any]:
+    """`measure` in a fresh process that imports the package in ``tree``."""
+    env = {**os.environ, "PYTHONPATH": str(tree)}
+    out = subprocess.run(
+        [sys.executable, str(Path(__file__).resolve()), "--json"],
+        check=True,
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=str(tree),
+    ).stdout
+    result: dict[str, Any] = json.loads(out)
+    if not Path(result["package"]).is_relative_to(tree.resolve()):
+        raise SystemExit(f"the baseline imported {result['package']}, not the package in {tree}")
+    return result
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.parse_args()
+    parser.add_argument("--baseline-tree", type=Path, help="also measure this tree's package")
+    parser.add_argument("--json", action="store_true", help="print this tree's figures as JSON")
+    args = parser.parse_args()
+    if args.json:
+        print(json.dumps(measure()))
+        return
+    runs = [("this", measure())]
+    if args.baseline_tree is not None:
+        if not (args.baseline_tree / "judge").is_dir():
+            parser.error(f"--baseline-tree {args.baseline_tree} holds no judge package")
+        runs.append(("baseline", measure_tree(args.baseline_tree)))
+    for name, result in runs:
+        print(f"{name}: {result['package']}")
     print("sliding window: median us per turn_started (heuristics only)")
-    print(f"{'window':>8} {'same objects':>14} {'copies':>10}")
+    print(f"{'window':>8}" + "".join(f" {n + ' same':>16} {n + ' copies':>16}" for n, _ in runs))
     for window in WINDOWS:
-        same = anyio.run(window_turn_us, window, False)
-        copied = anyio.run(window_turn_us, window, True)
-        print(f"{window:>8,} {same:>14.1f} {copied:>10.1f}")
-    print(f"history of {REWRITE_MESSAGES:,} rewritten in the middle: one turn_started")
-    for copies in (False, True):
-        label = "copies" if copies else "same objects"
-        print(f"{label:>14}: {anyio.run(rewrite_s, copies):.3f} s")
+        cells = "".join(
+            f" {r['window'][str(window)][0]:>16.1f} {r['window'][str(window)][1]:>16.1f}"
+            for _, r in runs
+        )
+        print(f"{window:>8,}{cells}")
+    print(f"history of {REWRITE_MESSAGES:,} rewritten in the middle: one turn_started, s")
+    for i, label in enumerate(("same objects", "copies")):
+        cells = "".join(f" {name} {r['rewrite'][i]:.3f}" for name, r in runs)
+        print(f"{label:>14}:{cells}")
 
 
 if __name__ == "__main__":
