@@ -107,6 +107,13 @@ DEFAULT_TIMEOUT_S = 30.0
 DEFAULT_MAX_RETRIES = 2
 # A server asking us to wait longer than this is treated as down for this check.
 DEFAULT_MAX_RETRY_AFTER_S = 60.0
+# Tokens a judge reply may use (max_tokens of each request). The answer is 2-4 sentences
+# and one number; 600 leaves room for verbose models while bounding a runaway reply. A
+# reasoning model thinks first and can spend this before it answers: raise it for one.
+DEFAULT_MAX_REPLY_TOKENS = 600
+# Bounds of max_reply_tokens: under 64 even the JSON envelope may not fit; 32,768 tokens
+# (~130 kB) stays far below the 1 MiB a reply may have (judge/llm/_http.py).
+MAX_REPLY_TOKENS_BOUNDS = (64, 32_768)
 # Per-message clip in the judge's transcript: 20 messages x 2,000 chars keeps a check
 # under ~12k tokens, cheap on a flash model.
 DEFAULT_MAX_MESSAGE_CHARS = 2000
@@ -187,6 +194,7 @@ _BOUNDS: dict[str, tuple[float | None, float | None]] = {
     "timeout_s": (0.001, None),
     "max_retries": (0, None),
     "max_retry_after_s": (0.0, None),
+    "max_reply_tokens": MAX_REPLY_TOKENS_BOUNDS,
     "max_message_chars": (64, None),
     "max_task_chars": (64, None),
     # room for the system prompt (~2.6k chars), the template and a clipped task
@@ -365,6 +373,7 @@ class TrackerConfig(BaseModel):
     timeout_s: float = DEFAULT_TIMEOUT_S
     max_retries: int = DEFAULT_MAX_RETRIES
     max_retry_after_s: float = DEFAULT_MAX_RETRY_AFTER_S
+    max_reply_tokens: int = DEFAULT_MAX_REPLY_TOKENS
     max_message_chars: int = DEFAULT_MAX_MESSAGE_CHARS
     max_task_chars: int = DEFAULT_MAX_TASK_CHARS
     max_prompt_chars: int = DEFAULT_MAX_PROMPT_CHARS

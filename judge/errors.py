@@ -16,6 +16,7 @@ never crash the agent that embeds us::
         +-- JudgeConnectionError   the endpoint could not be reached
         +-- JudgeRateLimited       429; carries retry_after when the server said
         +-- JudgeHTTPError         any other HTTP status (5xx retried, 4xx not)
+        |   +-- JudgeContextError  the prompt does not fit the server's context window
         +-- JudgeOutputError       an answer arrived but is not a valid assessment
 """
 
@@ -145,3 +146,29 @@ class JudgeOutputError(JudgeError):
 
     Never turned into a verdict: a confidence we cannot trust is no confidence at all.
     """
+
+
+class JudgeContextError(JudgeHTTPError):
+    """The judge prompt (plus the reply cap) does not fit the model's context window.
+
+    Not retryable: the same prompt will not fit on the next try. ``prompt_tokens`` is the
+    prompt's size (as the server counted it, else our estimate) and ``context_tokens`` the
+    server's limit, None where the server did not say.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        model: str | None = None,
+        status: int | None = 400,
+        prompt_tokens: int | None = None,
+        context_tokens: int | None = None,
+    ) -> None:
+        super().__init__(message, model=model, status=status)
+        self.prompt_tokens = prompt_tokens
+        self.context_tokens = context_tokens
+
+    @property
+    def retryable(self) -> bool:  # type: ignore[override]
+        return False

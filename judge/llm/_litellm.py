@@ -36,8 +36,10 @@ from tenacity import (
 )
 from tenacity.stop import stop_base
 
+from judge.config import DEFAULT_MAX_REPLY_TOKENS, env_name
 from judge.errors import (
     JudgeConnectionError,
+    JudgeContextError,
     JudgeError,
     JudgeHTTPError,
     JudgeOutputError,
@@ -49,9 +51,8 @@ from judge.llm.budget import token_count
 
 logger = logging.getLogger("judge.llm")
 
-# The judge writes 2-4 sentences and one number; 600 tokens leaves room for verbose
-# models while bounding the cost of a runaway reply.
-JUDGE_MAX_TOKENS = 600
+# The default reply cap (max_tokens); a setting, `TrackerConfig.max_reply_tokens`.
+JUDGE_MAX_TOKENS = DEFAULT_MAX_REPLY_TOKENS
 # Backoff between retries when the server gave no Retry-After: 0.5 s, 1 s, 2 s ... capped
 # at 8 s, plus up to 0.5 s of jitter so that many trackers do not retry in lockstep.
 BACKOFF_INITIAL_S = 0.5
@@ -87,6 +88,9 @@ _CONNECTION_HINTS = ("connection error", "connection refused", "server disconnec
 # retries sums to under 4 s; 10 s also leaves room for a short Retry-After.
 RETRY_TIME_BUDGET_S = 10.0
 # No retry is started with less time than this left: it could not get an answer anyway.
+# A retry after a timeout needs a whole timeout_s instead: the server just took that long
+# without answering, so a shorter attempt would only time out again (and a server that
+# serves one request at a time is still computing the abandoned one).
 MIN_ATTEMPT_S = 1.0
 # Slack on top of timeout_s for our own watchdog, in case the transport ignores its timeout.
 WATCHDOG_GRACE_S = 1.0
@@ -130,6 +134,8 @@ class ModelReply:
     completion_tokens: int | None
     cost_usd: float | None
     attempts: int
+    # The reply cap the request was sent with, so a reply cut off at it can name it.
+    max_tokens: int | None = None
 
 
 @runtime_checkable
@@ -344,6 +350,92 @@ def map_exception(exc: Exception, model: str) -> JudgeError:
     return JudgeHTTPError(f"unexpected error: {text}", model=model, status=400)
 
 
+# How servers word a prompt that does not fit the context window: OpenAI and vLLM ("maximum
+# context length is N tokens"), llama-cpp-python ("Requested tokens (N) exceed context
+# window of M", or OpenAI's wording), llama.cpp's server ("exceeds the available context
+# size", with n_prompt_tokens and n_ctx in the body), litellm's ContextWindowExceededError.
+_CONTEXT_HINTS = (
+    "context length",
+    "context_length_exceeded",
+    "context window",
+    "context size",
+    "exceed_context_size",
+    "maximum context",
+    "contextwindowexceeded",
+)
+_CONTEXT_LIMIT = (
+    re.compile(r"maximum context length is (\d+)", re.IGNORECASE),
+    re.compile(r"context window of (\d+)", re.IGNORECASE),
+    re.compile(r"\bn_ctx['\"]?\s*[:=]\s*(\d+)", re.IGNORECASE),
+    re.compile(r"context (?:size|length|window) (?:of|is) (\d+)", re.IGNORECASE),
+)
+_CONTEXT_PROMPT = (
+    re.compile(r"\((\d+) in the messages", re.IGNORECASE),
+    re.compile(r"requested tokens \((\d+)\)", re.IGNORECASE),
+    re.compile(r"\bn_prompt_tokens['\"]?\s*[:=]\s*(\d+)", re.IGNORECASE),
+    re.compile(r"messages resulted in (\d+) tokens", re.IGNORECASE),
+)
+# Characters per token for the prompt's size when the server did not count it (the same
+# estimate as the token budget's).
+CHARS_PER_TOKEN = 4
+# What a llama.cpp server needs for our prompts (up to ~10k tokens) plus the reply.
+SUGGESTED_CONTEXT_TOKENS = 16_384
+
+
+def _first_number(patterns: tuple[re.Pattern[str], ...], text: str) -> int | None:
+    for pattern in patterns:
+        found = pattern.search(text)
+        if found:
+            return int(found.group(1))
+    return None
+
+
+def context_error(
+    exc: BaseException, model: str, messages: list[dict[str, str]], max_tokens: int
+) -> JudgeContextError | None:
+    """A `JudgeContextError` naming the prompt's size and the server's limit when ``exc``
+    says the prompt did not fit the context window; None for any other error.
+
+    A server that serves a smaller context than our prompts need (llama-cpp-python's
+    default is 2,048 tokens) answers each check with a 400; a bare "HTTP 400" would leave
+    the user guessing what to set.
+    """
+    litellm = _litellm
+    status = _status(exc)
+    if status in (*_AUTH_STATUSES, 429):
+        return None
+    raw = str(exc)
+    lowered = raw.lower()
+    known = litellm is not None and isinstance(
+        exc, getattr(litellm, "ContextWindowExceededError", ())
+    )
+    if not known and not any(hint in lowered for hint in _CONTEXT_HINTS):
+        return None
+    chars = sum(len(str(m.get("content") or "")) for m in messages)
+    estimate = chars // CHARS_PER_TOKEN
+    counted = _first_number(_CONTEXT_PROMPT, raw)
+    limit = _first_number(_CONTEXT_LIMIT, raw)
+    size = f"{chars:,} chars, ~{estimate:,} tokens"
+    if counted is not None:
+        size += f" ({counted:,} as the server counted)"
+    server = (
+        f"the server's context is {limit:,} tokens"
+        if limit is not None
+        else "the server's context is smaller (it did not say its size)"
+    )
+    return JudgeContextError(
+        f"the judge prompt does not fit the model's context window: the prompt is {size} "
+        f"and the reply may take up to {max_tokens:,} more ({env_name('max_reply_tokens')}), "
+        f"but {server}. Serve the model with a larger context (llama-cpp-python: --n_ctx "
+        f"{SUGGESTED_CONTEXT_TOKENS}; llama.cpp: -c {SUGGESTED_CONTEXT_TOKENS}) or lower "
+        f"{env_name('max_prompt_chars')}. Server said: {one_line(exc)}"[: MAX_ERROR_CHARS * 2],
+        model=model,
+        status=status if status is not None else 400,
+        prompt_tokens=counted if counted is not None else estimate,
+        context_tokens=limit,
+    )
+
+
 def _response_format(mode: str, schema: dict[str, Any]) -> dict[str, Any] | None:
     if mode == "json_schema":
         return {
@@ -365,9 +457,15 @@ def _is_format_rejection(err: JudgeError) -> bool:
 
 
 class _Deadline:
-    """A time budget for one model call: real time elapsed plus the sleeps asked for."""
+    """A time budget for one model call: real time elapsed plus the sleeps asked for.
 
-    def __init__(self, seconds: float) -> None:
+    ``attempt_s`` is timeout_s: a retry after a timeout is started only when a whole one
+    still fits (see MIN_ATTEMPT_S), and then gets all of it.
+    """
+
+    def __init__(self, seconds: float, attempt_s: float) -> None:
+        self.seconds = seconds
+        self.attempt_s = attempt_s
         self._end = time.monotonic() + seconds
         self._slept = 0.0
 
@@ -379,9 +477,12 @@ class _Deadline:
         return max(self._end - time.monotonic() - self._slept, MIN_ATTEMPT_S)
 
     def stop(self, state: RetryCallState) -> bool:
-        """Stop when the coming wait plus a minimal attempt would pass the deadline."""
+        """Stop when the coming wait plus the attempt it needs (a whole timeout_s after a
+        timeout, else MIN_ATTEMPT_S) would pass the deadline."""
         remaining = self._end - time.monotonic() - self._slept
-        return state.upcoming_sleep + MIN_ATTEMPT_S > remaining
+        exc = state.outcome.exception() if state.outcome else None
+        needed = self.attempt_s if isinstance(exc, JudgeTimeout) else MIN_ATTEMPT_S
+        return state.upcoming_sleep + needed > remaining
 
 
 class _StopAtDeadline(stop_base):
@@ -424,6 +525,7 @@ class LiteLLMClient:
             timeout_s=config.timeout_s,
             max_retries=config.max_retries,
             max_retry_after_s=config.max_retry_after_s,
+            max_reply_tokens=config.max_reply_tokens,
             sleep=sleep,
         )
         if key is None and config.api_base is None:
@@ -440,11 +542,13 @@ class LiteLLMClient:
         timeout_s: float = 30.0,
         max_retries: int = 2,
         max_retry_after_s: float = 60.0,
+        max_reply_tokens: int = JUDGE_MAX_TOKENS,
         sleep: Sleep | None = None,
     ) -> None:
         self.api_base = api_base
         self._api_key = api_key
         self.timeout_s = timeout_s
+        self.max_reply_tokens = max_reply_tokens
         self.max_retries = max_retries
         self.max_retry_after_s = max_retry_after_s
         self._sleep: Sleep = sleep or anyio.sleep
@@ -478,7 +582,8 @@ class LiteLLMClient:
         attempts = 0
         # The whole call, retries and waits included, ends by this deadline; sleeps are
         # counted as asked for, so an injected fake sleep keeps the same budget.
-        budget = _Deadline(self.timeout_s + RETRY_TIME_BUDGET_S)
+        budget = _Deadline(self.timeout_s + RETRY_TIME_BUDGET_S, self.timeout_s)
+        timed_out = False
 
         async def sleep(seconds: float) -> None:
             budget.spent(seconds)
@@ -496,10 +601,27 @@ class LiteLLMClient:
             async for attempt in retrying:
                 with attempt:
                     attempts += 1
-                    timeout = min(self.timeout_s, budget.left())
-                    return await self._once(litellm, model, messages, schema, attempts, timeout)
+                    # After a timeout the stop rule let this retry start only if a whole
+                    # timeout_s fits; any other retry gets what is left, up to timeout_s.
+                    timeout = self.timeout_s if timed_out else min(self.timeout_s, budget.left())
+                    try:
+                        return await self._once(litellm, model, messages, schema, attempts, timeout)
+                    except JudgeTimeout:
+                        timed_out = True
+                        raise
+                    except JudgeError:
+                        timed_out = False
+                        raise
         except JudgeError as exc:
             exc.attempts = attempts  # type: ignore[attr-defined]
+            if isinstance(exc, JudgeTimeout) and attempts <= self.max_retries:
+                # Retries were left, but not the time for a whole attempt: say so, or the
+                # user cannot tell why a slow model got a single try.
+                exc.args = (
+                    f"{exc}; not retried: another {self.timeout_s:g} s attempt would pass "
+                    f"this check's {budget.seconds:g} s budget (timeout_s + "
+                    f"{RETRY_TIME_BUDGET_S:g} s)",
+                )
             raise
         raise AssertionError("unreachable: tenacity either returns or raises")  # pragma: no cover
 
@@ -531,7 +653,7 @@ class LiteLLMClient:
             "num_retries": 0,  # litellm's own retries
             "max_retries": 0,  # the provider SDK's retries
             "temperature": 0,
-            "max_tokens": JUDGE_MAX_TOKENS,
+            "max_tokens": self.max_reply_tokens,
             "drop_params": True,
         }
         response_format = _response_format(FORMAT_MODES[mode], schema)
@@ -553,7 +675,11 @@ class LiteLLMClient:
             with anyio.fail_after(timeout + WATCHDOG_GRACE_S):
                 response = await litellm.acompletion(**kwargs)
         except Exception as exc:  # the boundary: every foreign error is translated here
-            err = map_exception(exc, model)
+            err = context_error(exc, model, messages, self.max_reply_tokens) or map_exception(
+                exc, model
+            )
+            if isinstance(err, JudgeTimeout):
+                err = JudgeTimeout(self._timeout_text(timeout), model=model)
             if _is_format_rejection(err) and mode + 1 < len(FORMAT_MODES):
                 self._format_mode[model] = mode + 1
                 logger.info(
@@ -568,10 +694,23 @@ class LiteLLMClient:
             if guarded is not None:
                 with anyio.CancelScope(shield=True):
                     await guarded.aclose()
-        return self._reply(litellm, response, model, attempt)
+        return self._reply(litellm, response, model, attempt, self.max_reply_tokens)
+
+    def _timeout_text(self, timeout: float) -> str:
+        """The configured timeout, not litellm's "timeout value=" of the attempt: a user
+        sets timeout_s and must find that number in the error."""
+        setting = f"timeout_s={self.timeout_s:g} s ({env_name('timeout_s')})"
+        if timeout >= self.timeout_s:
+            return f"timed out: no reply within {setting}"
+        return (
+            f"timed out: no reply within {timeout:.1f} s, what was left of this check's "
+            f"time budget after earlier attempts ({setting})"
+        )
 
     @staticmethod
-    def _reply(litellm: Any, response: Any, model: str, attempt: int) -> ModelReply:
+    def _reply(
+        litellm: Any, response: Any, model: str, attempt: int, max_tokens: int | None = None
+    ) -> ModelReply:
         choices = getattr(response, "choices", None) or []
         if not choices:
             raise JudgeOutputError("the reply has no choices", model=model)
@@ -592,4 +731,5 @@ class LiteLLMClient:
             completion_tokens=token_count(getattr(usage, "completion_tokens", None)),
             cost_usd=cost,
             attempts=attempt,
+            max_tokens=max_tokens,
         )

@@ -3,6 +3,11 @@
 Models wrap JSON in prose or markdown fences, emit NaN, quote numbers, or stop mid-object.
 Anything that is not exactly the schema is a `JudgeOutputError`: a made-up confidence is
 worse than none, because the tracker would act on it.
+
+Reasoning models (DeepSeek R1 distills, Qwen3, some o-series routes) think before they
+answer, in a ``<think>...</think>`` block that may hold a draft JSON or code with braces.
+Only the text after the thinking is the answer; a reply that ends inside its thinking has
+no answer at all, whatever JSON the thinking held.
 """
 
 from __future__ import annotations
@@ -23,6 +28,13 @@ ANALYSIS_KEY = "unproductive_state_analysis"
 CONFIDENCE_KEY = "unproductive_state_confidence"
 
 _FENCE = re.compile(r"```(?:json|JSON)?\s*\n?(.*?)```", re.DOTALL)
+# A thinking block at the start of a reply (leading whitespace allowed), and the tag that
+# ends one. R1 distills' chat templates write the opening tag into the prompt, so their
+# replies hold only the closing one.
+_THINK_OPEN = re.compile(r"\A\s*<(think|thinking|reasoning)>", re.IGNORECASE)
+_THINK_CLOSE = re.compile(r"</(think|thinking|reasoning)\s*>", re.IGNORECASE)
+# The setting that raises the reply cap, named where a reply was cut off at it.
+REPLY_CAP_VARIABLE = "LOOP_JUDGE_MAX_REPLY_TOKENS"
 
 
 class Assessment(BaseModel):
@@ -107,11 +119,54 @@ def extract_object(text: str) -> dict[str, Any]:
     raise JudgeOutputError(f"no JSON object in the reply ({detail})")
 
 
-def parse_assessment(text: str | None, *, finish_reason: str | None = None) -> Assessment:
-    """Validate a reply against the schema file and return the `Assessment`."""
+def _cap(max_tokens: int | None) -> str:
+    said = f"max_tokens={max_tokens}" if max_tokens is not None else "max_tokens"
+    return f"{said}; raise {REPLY_CAP_VARIABLE} for a model that thinks first"
+
+
+def final_answer(
+    text: str, *, finish_reason: str | None = None, max_tokens: int | None = None
+) -> str:
+    """The reply without the model's thinking: what follows the first closing tag.
+
+    Raises `JudgeOutputError` when the reply opens a thinking block and never closes it:
+    the model was cut off (or stopped) before it answered, and a draft in its thinking is
+    not an answer.
+    """
+    opened = _THINK_OPEN.match(text)
+    if opened is not None:
+        close = re.compile(rf"</{opened.group(1)}\s*>", re.IGNORECASE).search(text, opened.end())
+    else:
+        close = _THINK_CLOSE.search(text)
+    if close is not None:
+        return text[close.end() :]
+    if opened is None:
+        return text
+    if finish_reason == "length":
+        raise JudgeOutputError(
+            f"the reply was cut off inside the model's thinking, before any answer, at "
+            f"{_cap(max_tokens)}"
+        )
+    raise JudgeOutputError("the reply ended inside the model's thinking, before any answer")
+
+
+def parse_assessment(
+    text: str | None, *, finish_reason: str | None = None, max_tokens: int | None = None
+) -> Assessment:
+    """Validate a reply against the schema file and return the `Assessment`.
+
+    ``max_tokens`` is the reply cap the request was sent with, named when the reply was
+    cut off at it.
+    """
     if text is None or not text.strip():
         reason = "refused or empty" if finish_reason != "length" else "cut off at max_tokens"
         raise JudgeOutputError(f"the reply has no content ({reason})")
+    text = final_answer(text, finish_reason=finish_reason, max_tokens=max_tokens)
+    if not text.strip():
+        reason = (
+            f"cut off at {_cap(max_tokens)}" if finish_reason == "length" else "nothing followed it"
+        )
+        raise JudgeOutputError(f"the reply has no answer after the model's thinking ({reason})")
     try:
         data = extract_object(text)
     except JudgeOutputError as exc:

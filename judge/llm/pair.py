@@ -127,7 +127,9 @@ class TwoStageJudge:
         reply: ModelReply | None = None
         try:
             reply = await self.client.complete(model, prompt, schema=schema)
-            assessment = parse_assessment(reply.content, finish_reason=reply.finish_reason)
+            assessment = parse_assessment(
+                reply.content, finish_reason=reply.finish_reason, max_tokens=reply.max_tokens
+            )
         except JudgeError as exc:
             latency = time.perf_counter() - started
             reply_obj = reply
