@@ -130,14 +130,26 @@ class Conversation:
         return {
             "seen": seen,
             "last_message": encode(last),
+            "before_last": encode(self._cursor.before_last()) or None,
             "recent": encode(self._recent),
             "task": encode(self.task),
             "user_seen": sorted(self._user_seen),
             "read_redacted": self._scrub is not None,
         }
 
-    def restore(self, seen: int, last: Any, recent: Any, task: Any, user_seen: list[str]) -> None:
-        self._cursor.restore(seen, decode(last))
+    def restore(
+        self,
+        seen: int,
+        last: Any,
+        recent: Any,
+        task: Any,
+        user_seen: list[str],
+        before_last: Any = None,
+    ) -> None:
+        before = decode(before_last) or []
+        if not isinstance(before, list) or not all(isinstance(m, Message) for m in before):
+            raise TypeError("before_last is not a list of messages")
+        self._cursor.restore(seen, decode(last), before)
         self._recent = deque(decode(recent) or (), maxlen=self._recent.maxlen)
         self.task = decode(task)
         self._user_seen = set(user_seen)

@@ -679,12 +679,20 @@ class HistoryCursor:
         """(messages seen, the last one) for a saved tracker state."""
         return self._seen, self._last
 
-    def restore(self, seen: int, last: Message | None) -> None:
+    def before_last(self) -> list[Message]:
+        """The messages remembered before the last one (oldest first), for a saved state:
+        a restored cursor finds its place after a dropped head by the same messages as one
+        never saved, not by the last message alone."""
+        return [msg for _raw, msg in list(self._tail)[:-1]]
+
+    def restore(self, seen: int, last: Message | None, before: Sequence[Message] = ()) -> None:
         # The raw objects are not saved: the next call compares by content instead.
         self.reset()
         self._seen, self._last = seen, last
         if last is not None:
             self._offset = last.index - (seen - 1)
+            # The deque keeps the newest TAIL_MATCH: the saved ones, then the last.
+            self._tail.extend((None, msg) for msg in before)
             self._tail.append((None, last))
 
     def _matches(self, raw: Any, kept: tuple[Any, Message]) -> bool:

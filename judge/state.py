@@ -301,6 +301,12 @@ class TrackerState(BaseModel):
     schedule: ScheduleState = Field(default_factory=ScheduleState)
     seen: int = Field(default=0, description="messages of the history already read")
     last_message: Any = Field(default=None, description="the last message read (encoded)")
+    # Absent from states saved before it existed: those restore by the last message alone.
+    before_last: Any = Field(
+        default=None,
+        description="the messages read just before the last one (encoded): a restored "
+        "tracker finds its place in a history that lost its head by them too",
+    )
     recent: Any = Field(default=None, description="recent normalized messages (encoded)")
     task: Any = None
     user_seen: list[str] = Field(default_factory=list)

@@ -255,7 +255,12 @@ class LoopTracker:
         # task, user messages seen) is the tracker's own.
         self._schedule.restore(state.schedule)
         self._conversation.restore(
-            state.seen, state.last_message, state.recent, state.task, state.user_seen
+            state.seen,
+            state.last_message,
+            state.recent,
+            state.task,
+            state.user_seen,
+            state.before_last,
         )
         # The state holds redacted text: read what is new the same way (judge/state.py).
         redactor = self._responder.redactor()
