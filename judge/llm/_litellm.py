@@ -390,6 +390,21 @@ def _first_number(patterns: tuple[re.Pattern[str], ...], text: str) -> int | Non
     return None
 
 
+def _error_bodies(exc: BaseException) -> list[str]:
+    """The parsed error bodies in ``exc``'s chain: llama.cpp's server gives the sizes as
+    fields (n_prompt_tokens, n_ctx) that litellm leaves out of its message."""
+    found: list[str] = []
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        body = getattr(current, "body", None)
+        if isinstance(body, dict):
+            found.append(repr(body))
+        current = current.__cause__ or current.__context__
+    return found
+
+
 def context_error(
     exc: BaseException, model: str, messages: list[dict[str, str]], max_tokens: int
 ) -> JudgeContextError | None:
@@ -404,7 +419,7 @@ def context_error(
     status = _status(exc)
     if status in (*_AUTH_STATUSES, 429):
         return None
-    raw = str(exc)
+    raw = " ".join([str(exc), *_error_bodies(exc)])
     lowered = raw.lower()
     known = litellm is not None and isinstance(
         exc, getattr(litellm, "ContextWindowExceededError", ())
@@ -450,6 +465,8 @@ def _response_format(mode: str, schema: dict[str, Any]) -> dict[str, Any] | None
 
 
 def _is_format_rejection(err: JudgeError) -> bool:
+    if isinstance(err, JudgeContextError):
+        return False  # another response_format cannot make the prompt fit
     if not isinstance(err, JudgeHTTPError) or err.status not in (400, 422, 500):
         return False
     text = str(err).lower()
