@@ -438,7 +438,11 @@ class LoopTracker:
             raise
         self._budget.record(outcome.calls, sum(len(m["content"]) for m in prompt))
         if outcome.not_ready:
-            self._schedule.failed()  # litellm still importing: the endpoint is not at fault
+            # litellm is still importing, so no model was asked: the check stays due and
+            # runs at the next turn (waiting again, at most timeout_s), and the endpoint is
+            # not at fault. Pushing it back min_interval turns lost a thousand trackers'
+            # first checks on a loaded machine.
+            pass
         elif outcome.deciding is None:
             self._schedule.failed()
             self._breaker.record_failure()

@@ -166,8 +166,44 @@ def _import_litellm() -> Any:
     return _litellm
 
 
+# The one background import of litellm (`start_import`) and the error it ended with.
+_import_thread: threading.Thread | None = None
+_import_error: BaseException | None = None
+_import_thread_lock = threading.Lock()
+# How often a check waiting for that import looks whether it is done: from 10 ms, doubling
+# to 100 ms. A thousand trackers waiting cost a few thousand wake-ups a second, where a
+# worker thread each (blocked on the import's lock) cost a thousand threads per wave.
+IMPORT_POLL_MIN_S = 0.01
+IMPORT_POLL_MAX_S = 0.1
+
+
+def _background_import() -> None:
+    global _import_error
+    try:
+        _import_litellm()
+    except BaseException as exc:  # kept for the waiter to raise, as its own import would
+        _import_error = exc
+
+
+def start_import() -> threading.Thread | None:
+    """Start importing litellm in a daemon thread, once per process: None when it is
+    imported already or model requests are disabled, else the import's thread."""
+    global _import_thread, _import_error
+    if _litellm is not None or not ALLOW_MODEL_REQUESTS:
+        return None
+    with _import_thread_lock:
+        if _import_thread is None or not _import_thread.is_alive():
+            _import_error = None
+            _import_thread = threading.Thread(
+                target=_background_import, name="loop-judge-import-litellm", daemon=True
+            )
+            _import_thread.start()
+        return _import_thread
+
+
 async def load_litellm() -> Any:
-    """litellm, imported once in a worker thread so cancellation is never held up.
+    """litellm, imported once in the background import's thread (`start_import`); the
+    wait is a cancellable sleep, never a thread per waiter.
 
     None while model requests are disabled: nothing can be sent, so the import (seconds)
     would buy nothing, and the client's own refusal is what a test must see.
@@ -176,6 +212,14 @@ async def load_litellm() -> Any:
         return _litellm
     if not ALLOW_MODEL_REQUESTS:
         return None
+    thread = start_import()
+    delay = IMPORT_POLL_MIN_S
+    while _litellm is None and thread is not None and thread.is_alive():
+        await anyio.sleep(delay)
+        delay = min(delay * 2, IMPORT_POLL_MAX_S)
+    if _litellm is not None:
+        return _litellm
+    # The background import failed: import here (off the loop) to raise its error.
     return await anyio.to_thread.run_sync(_import_litellm, abandon_on_cancel=True)
 
 

@@ -11,7 +11,6 @@ them.
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -56,15 +55,13 @@ class JudgeOutcome:
 def preload_litellm() -> None:
     """Start importing litellm in a daemon thread, never on the event loop: a tracker with
     a judge model is built long before its first check (turn 30), and the import takes
-    seconds. The first check waits for it only if it is still running, for at most its
-    deadline. Nothing starts while model requests are disabled (the test suite)."""
-    from judge.llm import _litellm
+    seconds. One thread per process, however many trackers are built while it runs. The
+    first check waits for it only if it is still running, for at most its deadline, and a
+    check it held up stays due for the next turn. Nothing starts while model requests are
+    disabled (the test suite)."""
+    from judge.llm._litellm import start_import
 
-    if _litellm._litellm is not None or not _litellm.ALLOW_MODEL_REQUESTS:
-        return
-    threading.Thread(
-        target=_litellm._import_litellm, name="loop-judge-import-litellm", daemon=True
-    ).start()
+    start_import()
 
 
 class TwoStageJudge:
