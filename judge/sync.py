@@ -204,9 +204,9 @@ class SyncLoopTracker:
         """
         return self._runner.run(self.tracker.turn_started(history))
 
-    def check_call(self, name: str, arguments: Any = None) -> Verdict:
+    def check_call(self, name: str, arguments: Any = None, *, refuse: bool = True) -> Verdict:
         """`LoopTracker.check_call`: would this call be a repeat past its limit?"""
-        return self.tracker.check_call(name, arguments)
+        return self.tracker.check_call(name, arguments, refuse=refuse)
 
     def content_chunk(self, text: str) -> Verdict | None:
         """`LoopTracker.content_chunk`: a verdict when streamed text repeats itself."""

@@ -464,11 +464,20 @@ class LoopTracker:
 
     # -- before a call, and while streaming -------------------------------------------
 
-    def check_call(self, name: str, arguments: Any = None) -> Verdict:
+    def check_call(self, name: str, arguments: Any = None, *, refuse: bool = True) -> Verdict:
         """Would this call, made now, be an exact repeat past its limit?
 
-        Lets an agent refuse a call before running it. Counts no turn and changes no
-        state; the verdict's action is what the next detection would get.
+        Lets an agent refuse a call before running it; counts no turn. A looping verdict
+        is a refusal, and is recorded as one: the refused call counts as an attempt of its
+        run, the ladder climbs (each refusal is a detection, with the same texts as a
+        turn's), and the identical call is refused again, one rung higher, until something
+        changes: another call, a different result, or a person's message (after which it
+        may run once more). The refused call's echo in the history (the call, answered by
+        the refusal) is not read as a new attempt.
+
+        ``refuse=False`` is for a caller that cannot refuse the call (a hook that only
+        watches): the verdict is what the next detection would get, and nothing is
+        recorded, so the call's real result is read at the next turn as usual.
         """
         if not isinstance(name, str) or not name:
             raise HistoryError("tool name must be a non-empty string", field="name")
@@ -477,10 +486,28 @@ class LoopTracker:
         call = self._conversation.scrubbed(call)
         findings = self._suite.preflight(call)
         loop = next((f for f in findings if f.score >= SINGLE_SCORE), None)
+        suspicion = max((f.score for f in findings), default=0.0)
         if loop is None:
-            return Verdict(turn=self.turn, suspicion=max((f.score for f in findings), default=0.0))
+            return Verdict(turn=self.turn, suspicion=suspicion)
+        if self._spoken_since(loop):
+            if refuse:
+                self._suite.lift_refusal()
+            return Verdict(turn=self.turn, suspicion=SUSPICION_SCORE)
         # The same verdict path as a turn's: an overridden pattern is not a loop here.
-        return self._responder.preview_verdict(loop, turn=self.turn)
+        if not refuse:
+            return self._responder.preview_verdict(loop, turn=self.turn)
+        verdict = self._responder.refusal_verdict(loop, turn=self.turn)
+        if verdict.looping:
+            self._suite.refuse(call)
+            self._answered()
+        return verdict
+
+    def _spoken_since(self, loop: Finding) -> bool:
+        """Whether a person's prompt came after the newest call ``loop`` cites: they may
+        have changed what the call depends on, so it may run once more (and flag again
+        at the next turn if it fails the same way)."""
+        task = self._conversation.task
+        return task is not None and bool(loop.evidence) and task.index > max(loop.evidence)
 
     def content_chunk(self, text: str) -> Verdict | None:
         """Feed streamed assistant text; a verdict when the response repeats itself.

@@ -99,10 +99,12 @@ def _call(amount: int) -> AIMessage:
 
 
 def _told(messages: Sequence[BaseMessage]) -> list[str]:
+    """Every recovery message the conversation holds: a turn's warning (a human message)
+    or a refused call's result (an error tool message)."""
     return [
         str(m.content)
         for m in messages
-        if isinstance(m, HumanMessage) and str(m.content).startswith(FENCE)
+        if isinstance(m, HumanMessage | ToolMessage) and str(m.content).startswith(FENCE)
     ]
 
 
@@ -126,16 +128,19 @@ async def test_a_looping_agent_is_warned_then_ended() -> None:
     out = await agent.ainvoke(PROMPT, RECURSION)
 
     told = _told(out["messages"])
-    assert len(told) == 3
+    assert len(told) == 4
     assert "LOOP DETECTED:" in told[0] and "AGAIN" in told[1] and "ASK THE USER" in told[2]
-    assert _told(model.seen) == told  # the model read every one of them
+    assert "RUN STOPPED" in told[3]
+    # The model read every one but the stopping one: the run ended before another call.
+    assert _told(model.seen) == told[:3]
     final = out["messages"][-1]
     assert isinstance(final, AIMessage) and not final.tool_calls
     essentials = final.response_metadata[METADATA_KEY]
     assert essentials["action"] == "stop" and essentials["kind"] == "exact_repeat"
     assert TOOL in final.text
-    # "end" has no preflight: the stop comes at the model call after the 7th run.
-    assert model.calls == 7 and len(runs) == 7
+    # A stubborn model: the tool ran its limit (3), each later identical call was refused
+    # one rung higher, and the model call after the stopping refusal ended the run.
+    assert len(runs) == 3 and model.calls == 7
 
 
 def test_a_looping_sync_agent_is_stopped_with_the_verdict() -> None:
@@ -150,8 +155,9 @@ def test_a_looping_sync_agent_is_stopped_with_the_verdict() -> None:
     verdict = caught.value.verdict
     assert verdict.action.value == "stop" and TOOL in (verdict.summary or "")
     assert len(_told(model.seen)) == 3
-    # The preflight raised before the 7th call ran.
-    assert model.calls == 7 and len(runs) == 6
+    # The tool ran its limit (3); the next three identical calls were refused (warn, warn,
+    # ask the user) and the preflight of the 7th raised.
+    assert model.calls == 7 and len(runs) == 3
 
 
 async def test_an_agent_that_obeys_the_warning_is_not_stopped() -> None:
@@ -167,7 +173,7 @@ async def test_an_agent_that_obeys_the_warning_is_not_stopped() -> None:
 
     assert out["messages"][-1].content == GIVE_UP
     assert len(_told(out["messages"])) == 1
-    assert len(runs) == 4  # three allowed repeats, the fourth flagged, then it changed course
+    assert len(runs) == 3  # three allowed repeats, the fourth refused, then it changed course
 
 
 async def test_a_productive_agent_is_never_touched() -> None:

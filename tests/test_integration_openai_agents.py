@@ -17,6 +17,8 @@ from agents.run_config import CallModelData, ModelInputData
 from openai import AsyncOpenAI
 
 from judge import Action, LoopDetected, LoopTracker, TrackerConfig
+from judge.detectors.exact_repeat import ExactRepeatDetector
+from judge.detectors.suite import default_detectors
 from judge.integrations.openai_agents import LoopJudge, items_to_messages
 from tests.fault_server import FaultServer, Reply, Request, completion
 
@@ -31,6 +33,12 @@ RECOVERY_FENCE = "```loop-judge"
 FINAL_ANSWER = "Order 7 has shipped; there is no tracking number yet."
 
 
+def repeat_limit_of(tool: str) -> int:
+    """How many identical successful calls in a row ``tool`` may make under CONFIG."""
+    exact = next(d for d in default_detectors(CONFIG) if isinstance(d, ExactRepeatDetector))
+    return exact.limit(tool, failing=False)
+
+
 def tool_call(request: Request, name: str, arguments: dict[str, Any]) -> Reply:
     """The model asks for one tool call, numbered by the request's position."""
     n = len(request.json()["messages"])
@@ -43,9 +51,10 @@ def tool_call(request: Request, name: str, arguments: dict[str, Any]) -> Reply:
 
 
 def nudged(request: Request) -> bool:
-    """Did the model's input carry a recovery message (as the user role)?"""
+    """Did the model's input carry a recovery message: as the user role (a turn's warning)
+    or as a refused call's result (the guardrail's)?"""
     return any(
-        m["role"] == "user" and RECOVERY_FENCE in str(m.get("content"))
+        m["role"] in ("user", "tool") and RECOVERY_FENCE in str(m.get("content"))
         for m in request.json()["messages"]
     )
 
@@ -151,6 +160,10 @@ async def test_a_looping_agent_is_warned_then_stopped(serve: Any) -> None:
         if m["role"] == "assistant" and m.get("tool_calls")
     )
     assert len(tools.ran) < len(server.requests) <= MAX_TURNS and asked
+    # A stubborn model: once refused, the identical call stays refused, each refusal one
+    # rung higher, so the tool ran exactly its limit and never again.
+    assert tools.ran.count("get_order 7") == repeat_limit_of("get_order")
+    assert actions == [Action.WARN, Action.WARN, Action.ASK_USER, Action.STOP]
 
 
 async def test_an_agent_that_obeys_is_not_stopped(serve: Any) -> None:

@@ -40,8 +40,8 @@ FENCE = "```loop-judge"
 SAME_RESULT = "rate service unavailable"
 GIVE_UP = "I cannot convert this now: the rate service is down."
 # The default ladder (warn, warn, ask_user, stop) for a tool of the "other" class (3
-# identical results allowed): detections on model requests 5, 6 and 7, the stop before the
-# 7th call runs.
+# identical results allowed): the 4th, 5th and 6th calls are refused, each a rung higher,
+# and the stop comes before the 7th call runs.
 TOLD_ACTIONS = ["warn", "warn", "ask_user"]
 
 
@@ -56,14 +56,15 @@ def _recoveries(messages: list[ModelMessage]) -> list[SystemPromptPart]:
 
 
 def _told(messages: list[ModelMessage]) -> list[str]:
-    """The recovery texts the model was shown. A model reads a mid-conversation system
-    prompt the way its provider renders one (FunctionModel: a ``<system>`` user part)."""
+    """The recovery texts the model was shown: a turn's warning (a mid-conversation system
+    prompt, which FunctionModel renders as a ``<system>`` user part) or a refused call's
+    result (a tool return)."""
     return [
         part.content
         for message in messages
         if isinstance(message, ModelRequest)
         for part in message.parts
-        if isinstance(part, (SystemPromptPart, UserPromptPart))
+        if isinstance(part, (SystemPromptPart, UserPromptPart, ToolReturnPart))
         and isinstance(part.content, str)
         and FENCE in part.content
     ]
@@ -112,9 +113,10 @@ async def test_a_looping_agent_is_warned_then_stopped() -> None:
     told = _told(script.seen)
     assert len(told) == len(TOLD_ACTIONS)
     assert "LOOP DETECTED:" in told[0] and "AGAIN" in told[1] and "ASK THE USER" in told[2]
-    # The preflight stopped the 7th call before its side effect: 7 requests, 6 tool runs.
+    # A stubborn model: the tool ran its limit (3); the next calls were refused, and the
+    # preflight stopped the 7th before its side effect.
     assert script.requests == 7
-    assert len(runs) == 6
+    assert len(runs) == 3
     assert caught.value.session is not None
 
 
@@ -125,10 +127,9 @@ async def test_an_agent_that_obeys_the_warning_is_not_stopped() -> None:
     result = await agent.run("convert 10 EUR to USD")
 
     assert result.output == GIVE_UP
-    told = _recoveries(result.all_messages())
-    assert len(told) == 1 and told[0].metadata is not None
-    assert told[0].metadata[METADATA_KEY]["action"] == "warn"
-    assert len(runs) == 4  # three allowed repeats, the fourth flagged, then it changed course
+    told = _told(result.all_messages())
+    assert len(told) == 1 and "LOOP DETECTED:" in told[0]
+    assert len(runs) == 3  # three allowed repeats, the fourth refused, then it changed course
 
 
 async def test_a_productive_agent_is_never_touched() -> None:
@@ -161,10 +162,11 @@ async def test_a_conversation_continued_in_a_later_run_keeps_its_ladder() -> Non
     capability = LoopJudge(config=TrackerConfig())
     first, _ = _agent(Script(obey=True), capability)
     result = await first.run("convert 10 EUR to USD")
-    assert len(_recoveries(result.all_messages())) == 1
+    assert len(_told(result.all_messages())) == 1
 
-    # The user insists; the agent loops again in the same conversation: the ladder climbs
-    # from where it stood (a second warning, stronger) instead of starting over.
+    # The user insists; the agent loops again in the same conversation: the call may run
+    # once more after the person spoke, and the ladder climbs from where it stood (a
+    # second warning, stronger) instead of starting over.
     script = Script()
     second, _ = _agent(script, capability)
     with pytest.raises(LoopDetected):

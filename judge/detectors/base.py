@@ -76,6 +76,18 @@ class Preflight(Protocol):
         ...
 
 
+@runtime_checkable
+class Refusal(Protocol):
+    """A `Preflight` detector that also hears when its loop finding made the caller refuse
+    the call: the refused call counts as an attempt, so the identical call stays refused
+    (and climbs the ladder) until something changes. Optional."""
+
+    def refused(self, call: ToolCall) -> Finding | None:
+        """``call`` was refused before it ran (it brings no result of its own); return the
+        current suspicion, as `Detector.observe` does."""
+        ...
+
+
 def near_miss(count: int, limit: int) -> float:
     """Sub-threshold score growing towards SUSPICION_CAP as ``count`` nears ``limit``."""
     if limit <= 0:

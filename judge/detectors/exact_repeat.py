@@ -33,6 +33,12 @@ class ExactRepeatDetector:
     the same call with nothing between is one obstacle hit again, not new information.
     Runs of failures use the (lower) failure limit whatever the tool's class. A tool with
     an unlimited limit (``tool_limits`` of 0) is never flagged for successful repeats.
+
+    A call ``check_call`` refused (`refused`) counts as one more attempt of the run: the
+    agent tried it, and nothing changed that could make it turn out differently. So the
+    identical call stays refused, each time one rung higher, until the run ends (another
+    call, a changed result). Counts name what ran and what was refused apart, so the
+    count shown always matches the messages cited.
     """
 
     name = "exact_repeat"
@@ -48,6 +54,7 @@ class ExactRepeatDetector:
         "_last",
         "_current",
         "_recent",
+        "_refused",
     )
 
     def __init__(
@@ -73,6 +80,8 @@ class ExactRepeatDetector:
         self._last: Step | None = None
         self._current: Finding | None = None
         self._recent.clear()
+        # Attempts of the current run that were refused before they ran (`refused`).
+        self._refused = 0
 
     def limit(self, name: str, failing: bool) -> int:
         """Identical calls allowed in a row (UNLIMITED: any number)."""
@@ -96,6 +105,7 @@ class ExactRepeatDetector:
             self._all_failed = event.outcome.failed
             self._varied = False
             self._evidence.clear()
+            self._refused = 0
         self._evidence.append(event.call_index)
         self._last = event
         self._recent.append(event)
@@ -147,46 +157,59 @@ class ExactRepeatDetector:
         limit a suspicion; past it the loop finding itself."""
         if call.signature != self._signature:
             return None
-        count = self._count + 1
+        attempts = self._count + self._refused + 1
         limit = self.limit(call.name, self._all_failed)
-        if count < limit:
+        if attempts < limit:
             return None
-        saved = self._count
-        self._count = count
-        try:
-            finding = self._assess()
-        finally:
-            self._count = saved
+        finding = self._assess(proposed=True)
         if finding is None:
             return None
-        return finding if count > limit else dataclasses.replace(finding, score=SUSPICION_CAP)
+        return finding if attempts > limit else dataclasses.replace(finding, score=SUSPICION_CAP)
 
-    def _assess(self) -> Finding | None:
+    def refused(self, call: ToolCall) -> Finding | None:
+        """``call`` was refused before it ran (`judge.detectors.base.Refusal`): it counts
+        as one more attempt of the run it extends."""
+        if call.signature == self._signature and self._last is not None:
+            self._refused += 1
+            self._current = self._assess()
+        return self._current
+
+    def _assess(self, *, proposed: bool = False) -> Finding | None:
         step = self._last
-        if step is None or self._count < 2:
+        attempts = self._count + self._refused + int(proposed)
+        if step is None or attempts < 2:
             return None
         limit = self.limit(step.call.name, self._all_failed)
         if limit >= UNLIMITED:
             return None
-        looping = self._count > limit
+        looping = attempts > limit
         if self._all_failed:
             outcome = "failing each time" if self._varied else "the same error"
         else:
             outcome = "the same result"
+        # What ran and what did not are counted apart: the messages cited are the calls
+        # that ran, and the count beside them must agree with them.
         summary = f"{describe_call(step)} called {self._count}x in a row, {outcome}"
+        if proposed:  # the call being checked, refused if this is a loop
+            summary += f"; attempt {attempts} refused"
+        elif self._refused:
+            summary += f"; {self._refused} more attempt(s) refused"
+        details: dict[str, object] = {
+            "tool": step.call.name,
+            "arguments": step.call.canonical,
+            "count": self._count,
+            "limit": limit,
+            "failing": self._all_failed,
+            "result": short(step.result or "", 200),
+        }
+        if attempts != self._count:  # refused or proposed calls: what the texts count
+            details["attempts"] = attempts
         return Finding(
             detector=self.name,
             kind=LoopKind.EXACT_REPEAT,
-            score=LOOP_SCORE if looping else near_miss(self._count, limit),
+            score=LOOP_SCORE if looping else near_miss(attempts, limit),
             evidence=tuple(self._evidence),
             summary=summary,
             pattern=f"exact:{step.signature}",
-            details={
-                "tool": step.call.name,
-                "arguments": step.call.canonical,
-                "count": self._count,
-                "limit": limit,
-                "failing": self._all_failed,
-                "result": short(step.result or "", 200),
-            },
+            details=details,
         )

@@ -10,7 +10,7 @@ from typing import Any
 
 from judge._codec import StepPool, decode, dump_attrs, encode, load_attrs
 from judge.config import TrackerConfig
-from judge.detectors.base import Detector, Event, Finding, Preflight
+from judge.detectors.base import Detector, Event, Finding, Preflight, Refusal
 from judge.detectors.cycle import CycleDetector
 from judge.detectors.exact_repeat import ExactRepeatDetector
 from judge.detectors.no_effect import NoEffectDetector
@@ -131,11 +131,15 @@ class DetectorSuite:
         self._steps = StepBuilder()
         self._findings: dict[str, Finding] = {}
         self._last_step_at: float | None = None
+        # The signature of a call refused since the last step: its echo in the history
+        # (the call with our refusal, or a framework's, as its result) is not a new step.
+        self._refused: str | None = None
 
     def reset(self) -> None:
         self._steps.reset()
         self._findings.clear()
         self._last_step_at = None
+        self._refused = None
         for detector in self.detectors:
             detector.reset()
 
@@ -167,6 +171,13 @@ class DetectorSuite:
         steps = self._steps.feed(msg)
         if steps:
             for step in steps:
+                if self._refused is not None:
+                    refused, self._refused = self._refused, None
+                    if step.signature == refused:
+                        # The refused attempt as the history records it: the detectors
+                        # already counted it when it was refused, and its "result" is
+                        # the refusal, not something the tool said.
+                        continue
                 self._expire()
                 self._observe(step, self.detectors)
 
@@ -174,6 +185,23 @@ class DetectorSuite:
         """What each detector that can tell (`Preflight`) says ``call`` would bring."""
         found = (d.preflight(call) for d in self.detectors if isinstance(d, Preflight))
         return [f for f in found if f is not None]
+
+    def refuse(self, call: ToolCall) -> None:
+        """``call`` was refused on a loop finding (``check_call``): it counts as an attempt
+        (`Refusal` detectors), and its echo, the next step with its signature, is skipped."""
+        self._refused = call.signature
+        for detector in self.detectors:
+            if isinstance(detector, Refusal):
+                found = detector.refused(call)
+                if found is not None:
+                    self._findings[detector.name] = found
+                else:
+                    self._findings.pop(detector.name, None)
+
+    def lift_refusal(self) -> None:
+        """A refused call is allowed once after all (a person spoke since): when it runs,
+        its result is the tool's own and must be read."""
+        self._refused = None
 
     def findings(self) -> list[Finding]:
         """What each detector currently suspects (at most one finding per detector). Whether
@@ -184,19 +212,23 @@ class DetectorSuite:
         """Everything the detectors remember, as JSON-able data (see judge._codec)."""
         pool = StepPool()
         detectors = {d.name: dump_attrs(d, _state_names(d), pool) for d in self.detectors}
-        return {
+        data = {
             "steps": dump_attrs(self._steps, StepBuilder.STATE),
             "findings": encode(self._findings),
             "last_step_at": self._last_step_at,
             "pool": pool.table,
             "detectors": detectors,
         }
+        if self._refused is not None:  # only while a refusal waits for its echo
+            data["refused"] = self._refused
+        return data
 
     def restore(self, data: dict[str, Any]) -> None:
         try:
             load_attrs(self._steps, StepBuilder.STATE, data["steps"])
             self._findings = decode(data["findings"])
             self._last_step_at = data["last_step_at"]
+            self._refused = data.get("refused")
             pool = StepPool(data["pool"])
             saved = data["detectors"]
         except KeyError as exc:

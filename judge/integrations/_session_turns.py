@@ -136,22 +136,28 @@ class Sessions(Generic[SourceT]):
         return verdict
 
     async def preflight(self, session: str, name: str, arguments: Any) -> Verdict | None:
-        """``check_call`` before a tool runs, in a session already told about a loop.
+        """``check_call`` before a tool runs; a looping verdict means the caller refuses
+        the call (its result is the recovery message), and is recorded as a refusal.
 
-        The preflight exists to stop the relapse that would end the run before its side
-        effect happens, and under the default ladder a stop only ever follows warnings; so
-        a session with no loop on record skips it (and the store) entirely. Read-only: it
-        counts no turn and takes no lock. None when clean or on our own trouble.
+        A live tracker is asked on every call: it costs microseconds, and a refused call
+        must stay refused from the first refusal on. With a store, a session with no loop
+        on record skips the store entirely (a read per tool call otherwise), and the rest
+        are read first and written only when the call is refused: such a session can run
+        a repeat once past its limit, which the next turn then flags. Counts no turn.
+        None when clean or on our own trouble.
         """
         entry = self._sessions.get(session)
-        if entry is None or not entry.looped:
+        if entry is None:
             return None
         try:
             if entry.tracker is not None:
                 return entry.tracker.check_call(name, arguments)
-            if self.store is None:
+            if self.store is None or not entry.looped:
                 return None
             async with self.store.session(session, readonly=True) as tracker:
+                if not tracker.check_call(name, arguments, refuse=False):
+                    return None
+            async with self.store.session(session) as tracker:
                 return tracker.check_call(name, arguments)
         except LoopJudgeError as exc:
             self._logger.warning("loop-judge skipped a preflight in session %s: %s", session, exc)

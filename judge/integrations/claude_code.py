@@ -13,8 +13,10 @@ What is answered (field names as in Claude Code's hooks reference, and in the SD
 
 - ``PreToolUse``: ``tracker.check_call`` (a preflight, no turn counted). A call that would
   be a loop is denied (``permissionDecision: "deny"``) with the recovery message as the
-  ``permissionDecisionReason``, which Claude reads; the same call denied again climbs the
-  configured ladder, and at ``stop`` the run is ended (``continue: false``).
+  ``permissionDecisionReason``, which Claude reads. The tracker records the denial as a
+  refusal, so the same call denied again climbs the configured ladder with each rung's
+  own text (the same texts a turn's verdict would carry), and at ``stop`` the run is
+  ended (``continue: false``).
 - ``PostToolUse`` / ``PostToolUseFailure``: one ``turn_started``. On a loop verdict the
   recovery message goes to Claude as ``additionalContext``; at ``stop``, ``continue: false``.
 - ``Stop`` / ``SubagentStop``: one ``turn_started``; only when the run ends in a loop that
@@ -275,7 +277,6 @@ class SessionState(BaseModel):
     echoed: list[str] = Field(
         default_factory=list, description="digests of last_assistant_message texts fed early"
     )
-    denials: dict[str, int] = Field(default_factory=dict, description="pattern -> denials")
     stop_blocked: bool = False
     updated: float = 0.0
 
@@ -489,17 +490,11 @@ class HookSession:
         if not verdict:
             return HookAnswer(event.name)
         # A denied call never runs: it is not fed (there is no result), and its transcript
-        # entries are skipped. Repeating it climbs the ladder here, since no turn passes.
-        pattern = verdict.pattern or verdict.summary or event.tool_name
-        denied = self._state.denials.get(pattern, 0) + 1
-        self._state.denials[pattern] = denied
+        # entries are skipped. The tracker recorded the denial as a refusal, so the same
+        # call denied again climbs its ladder, with the texts of each rung.
         if event.tool_use_id is not None:
             _remember(self._state.done_ids, event.tool_use_id)
-        from judge.response.ladder import action_for
-
-        config = self.tracker.config
-        climbed = action_for(self.tracker.detections + denied, config.response_mode, config.ladder)
-        action = max(verdict.action, climbed, key=_SEVERITY.__getitem__)
+        action = verdict.action
         reason = verdict.recovery_message or verdict.summary or "this call repeats a loop"
         summary = verdict.summary or "a repeated call"
         if action is Action.STOP:
@@ -533,7 +528,6 @@ class HookSession:
             _remember(self._state.done_ids, call_id)
         verdict = await self._turn(new)
         if not verdict:
-            self._state.denials.clear()
             return HookAnswer(event.name, verdict=verdict)
         summary = verdict.summary or "a loop"
         if verdict.action is Action.STOP:
@@ -689,7 +683,6 @@ class HookSession:
 
 
 # The order of actions by severity, to take the stronger of two.
-_SEVERITY = {Action.CONTINUE: 0, Action.WARN: 1, Action.ASK_USER: 2, Action.STOP: 3}
 
 
 # -- the state directory ------------------------------------------------------------------

@@ -22,10 +22,13 @@ LangChain 1.x builds agents on LangGraph with ``create_agent(..., middleware=[..
    with ``exit_behavior="error"`` it raises `judge.LoopDetected`, carrying the verdict, out
    of ``invoke``.
 
-With ``exit_behavior="error"`` a preflight also runs before each tool call
-(``wrap_tool_call``) and raises before the call that would be the stopping repeat runs its
-side effect. Loop-judge's own trouble (a store that is down, a history it cannot read) is
-logged and the agent goes on; judge failures are on the verdict, never raised.
+A preflight also runs before each tool call (``wrap_tool_call``): a call that would repeat
+past its limit does not run, and the model gets the recovery message as the call's
+result (a ``ToolMessage`` with ``status="error"``). The identical call stays refused, each
+refusal one rung higher; at ``stop`` the run ends before the tool's side effect happens
+(``"error"`` raises there, ``"end"`` ends the run at the next model call). Loop-judge's
+own trouble (a store that is down, a history it cannot read) is logged and the agent goes
+on; judge failures are on the verdict, never raised.
 
 Both ``invoke`` and ``ainvoke`` work: async hooks await the tracker; the sync ones run it
 on one event loop of the middleware's own, in a daemon thread started on first use, so a
@@ -257,6 +260,9 @@ class LoopJudgeMiddleware(AgentMiddleware[LoopJudgeState, Any, Any]):
             _chat, logger, store=store, config=config, judge_client=judge_client
         )
         self.exit_behavior: ExitBehavior = exit_behavior
+        # Stop verdicts given by a preflight (a tool call cannot end the run itself), by
+        # session: the next model call of that session ends the run with it.
+        self._stops: dict[str, Verdict] = {}
         self._portal = _Portal()
         weakref.finalize(self, self._portal.close)
 
@@ -268,7 +274,8 @@ class LoopJudgeMiddleware(AgentMiddleware[LoopJudgeState, Any, Any]):
         if not session:
             session = uuid.uuid4().hex
             update[SESSION_KEY] = session
-        verdict = await self._sessions.turn(session, state["messages"])
+        stopped = self._stops.pop(session, None)
+        verdict = stopped or await self._sessions.turn(session, state["messages"])
         if verdict and verdict.action in STOP_ACTIONS:
             if self.exit_behavior == "error":
                 raise LoopDetected(verdict, session=session)
@@ -292,28 +299,39 @@ class LoopJudgeMiddleware(AgentMiddleware[LoopJudgeState, Any, Any]):
         """The same for ``invoke``: the tracker runs on the middleware's own event loop."""
         return self._portal.run(lambda: self._before_model(state))
 
-    # -- before each tool call (exit_behavior="error") -------------------------------------
+    # -- before each tool call ----------------------------------------------------------
 
-    async def _preflight(self, request: ToolCallRequest) -> None:
+    async def _preflight(self, request: ToolCallRequest) -> ToolMessage | None:
+        """The refusal to return instead of running the call, or None to run it."""
         session = request.state.get(SESSION_KEY) if isinstance(request.state, dict) else None
-        if self.exit_behavior != "error" or not session:
-            return
+        if not session:
+            return None
         call = request.tool_call
         verdict = await self._sessions.preflight(session, call["name"], call["args"])
-        if verdict and verdict.action in STOP_ACTIONS:
+        if verdict is None or not verdict:
+            return None
+        if verdict.action in STOP_ACTIONS:
             logger.warning(
                 "loop-judge stopped session %s before a call: %s", session, verdict.summary
             )
-            raise LoopDetected(verdict, session=session)
+            if self.exit_behavior == "error":
+                raise LoopDetected(verdict, session=session)
+            self._stops[session] = verdict
+        return ToolMessage(
+            content=verdict.recovery_message or verdict.summary or "loop detected",
+            tool_call_id=call["id"] or "",
+            name=call["name"],
+            status="error",
+        )
 
     async def awrap_tool_call(
         self,
         request: ToolCallRequest,
         handler: Callable[[ToolCallRequest], Awaitable[ToolMessage | Command[Any]]],
     ) -> ToolMessage | Command[Any]:
-        """Raise before the call that would be the stopping repeat runs its side effect."""
-        await self._preflight(request)
-        return await handler(request)
+        """Refuse a call that would repeat past its limit; run every other one."""
+        refused = await self._preflight(request)
+        return refused if refused is not None else await handler(request)
 
     def wrap_tool_call(
         self,
@@ -321,6 +339,5 @@ class LoopJudgeMiddleware(AgentMiddleware[LoopJudgeState, Any, Any]):
         handler: Callable[[ToolCallRequest], ToolMessage | Command[Any]],
     ) -> ToolMessage | Command[Any]:
         """The same for ``invoke``."""
-        if self.exit_behavior == "error":
-            self._portal.run(lambda: self._preflight(request))
-        return handler(request)
+        refused = self._portal.run(lambda: self._preflight(request))
+        return refused if refused is not None else handler(request)

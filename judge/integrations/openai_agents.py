@@ -11,8 +11,9 @@ call of a run is checked, through the SDK's own extension points.
 - A tool input guardrail (`LoopJudge.tool_guardrail`, added to every function tool by
   `LoopJudge.guard`) asks the tracker's preflight (``check_call``) before each call runs:
   a call that would repeat past its limit is not run, and the model gets the recovery
-  message as the call's result (the guardrail's ``reject_content``); at ``stop`` it raises
-  `LoopDetected`.
+  message as the call's result (the guardrail's ``reject_content``). The identical call
+  stays refused, each refusal one rung higher on the ladder, and at ``stop`` it raises
+  `LoopDetected`: a model that insists never runs the tool past its limit.
 - `LoopJudge.hooks` (``RunHooks``) does the same preflight for tools that take no guardrail
   (hosted, computer, shell tools), where a hook can only end the run, so it only acts at
   ``stop``.
@@ -330,10 +331,11 @@ class LoopJudge:
 
     # -- each tool call -----------------------------------------------------------------
 
-    def preflight(self, name: str, arguments: Any) -> Verdict | None:
-        """The tracker's preflight for one call; None when all is well or unreadable."""
+    def preflight(self, name: str, arguments: Any, *, refuse: bool = True) -> Verdict | None:
+        """The tracker's preflight for one call; None when all is well or unreadable.
+        ``refuse``: the caller will refuse a looping call (`LoopTracker.check_call`)."""
         try:
-            verdict = self.tracker.check_call(name, arguments)
+            verdict = self.tracker.check_call(name, arguments, refuse=refuse)
         except HistoryError as exc:
             logger.warning("loop-judge could not read a call to %r (%s); not judged", name, exc)
             return None
@@ -370,6 +372,7 @@ class LoopJudgeHooks(RunHooks[Any]):
             name, arguments = context.tool_name, context.tool_arguments
         else:
             name, arguments = tool.name, None
-        verdict = self._judge.preflight(name, arguments)
+        # A hook cannot refuse the call, which runs whatever we say: a preview only.
+        verdict = self._judge.preflight(name, arguments, refuse=False)
         if verdict is not None and verdict.action is Action.STOP:
             self._judge._act(verdict)

@@ -15,8 +15,10 @@ request step, with the run's persistent history in ``ctx.messages``. There `Loop
 4. on ``stop``, raises `judge.LoopDetected` (carrying the verdict) out of ``agent.run``.
 
 Before each tool runs, ``before_tool_execute`` asks the tracker's preflight whether the
-call would be the repeat that stops the run, and if so stops before the tool's side
-effect happens. Loop-judge's own trouble (a store that is down, a history it cannot read)
+call would repeat past its limit. If so the tool does not run: the model gets the recovery
+message as the call's result (``SkipToolExecution``), the identical call stays refused,
+each refusal one rung higher, and at ``stop`` the run ends before the tool's side effect
+happens. Loop-judge's own trouble (a store that is down, a history it cannot read)
 is logged and the agent goes on; judge failures are on the verdict, never raised.
 
     from pydantic_ai import Agent
@@ -33,6 +35,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pydantic_ai.capabilities import AbstractCapability
+from pydantic_ai.exceptions import SkipToolExecution
 from pydantic_ai.messages import (
     BaseToolCallPart,
     BaseToolReturnPart,
@@ -270,15 +273,18 @@ class LoopJudge(AbstractCapability[Any]):
         tool_def: ToolDefinition,
         args: dict[str, Any],
     ) -> dict[str, Any]:
-        """Stop before the call that would be the stopping repeat runs its side effect."""
+        """Refuse a call that would repeat past its limit, before its side effect happens:
+        its result is the recovery message; at ``stop`` the run ends."""
         if not self.preflight:
             return args
         session = _session(ctx)
         arguments = call.args if call.args is not None else {}
         verdict = await self._sessions.preflight(session, call.tool_name, arguments)
-        if verdict and verdict.action in STOP_ACTIONS:
+        if verdict is None or not verdict:
+            return args
+        if verdict.action in STOP_ACTIONS:
             logger.warning(
                 "loop-judge stopped session %s before a call: %s", session, verdict.summary
             )
             raise LoopDetected(verdict, session=session)
-        return args
+        raise SkipToolExecution(verdict.recovery_message or verdict.summary or "loop detected")

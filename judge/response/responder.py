@@ -363,6 +363,20 @@ class Responder:
         step = self.ladder.preview(finding.pattern)
         return self.publish(self._finding_verdict(finding, step, turn=turn, evidence=evidence))
 
+    def refusal_verdict(self, finding: Finding, *, turn: int) -> Verdict:
+        """The verdict of a call ``check_call`` refuses on ``finding``: a detection like a
+        turn's (the ladder climbs, stats and logs count it, the texts are the same), so
+        each refusal of the identical call is one rung higher. A pattern a person overrode
+        is not refused. The ``on_loop`` callback is not run: it is awaited, and a preflight
+        answers synchronously, before the call would run."""
+        if self.ladder.silenced(finding.pattern):
+            return Verdict(turn=turn, suspicion=min(finding.score, SUSPICION_CAP))
+        verdict = self.publish(self.heuristic_verdict(finding, turn=turn))
+        self.stats.record_loop(verdict)
+        self.telemetry.loop(verdict)
+        self._log(verdict)
+        return verdict
+
     def _finding_verdict(
         self,
         finding: Finding,
