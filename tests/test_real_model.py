@@ -19,9 +19,17 @@ from judge.llm._litellm import FORMAT_MODES, LiteLLMClient
 from judge.llm.assessment import ANALYSIS_KEY, CONFIDENCE_KEY, assessment_schema, extract_object
 from judge.tracker import FRESH_ASSISTANT_TURNS
 from tests.fakes import looping_history
-from tests.realmodel import LITELLM_MODEL, LocalServer, llama_server, missing_reason, smollm_gguf
+from tests.realmodel import (
+    LITELLM_MODEL,
+    LocalServer,
+    announce_skip,
+    llama_server,
+    missing_reason,
+    smollm_gguf,
+)
 
 _SKIP_REASON = missing_reason()
+announce_skip(_SKIP_REASON)
 pytestmark = [
     pytest.mark.anyio,
     pytest.mark.model_requests,  # to the local llama.cpp server only
