@@ -171,8 +171,13 @@ async def test_a_start_that_does_not_fit_is_409_and_a_full_history_recovers(
         assert "send the whole history" in r.json()["detail"]
         for body in appends(history, 2):
             assert (await c.post("/v1/sessions/b/turns", json=body)).status_code == 200
-        # a lost response: the client re-sends a turn the server already counted
-        stale = appends(history, 2)[-1]
+        # a lost response: the client re-sends the turn the server counted last, and
+        # gets its answer again without another turn
+        r = await c.post("/v1/sessions/b/turns", json=appends(history, 2)[-1])
+        assert r.status_code == 200 and r.json()["turn"] == 2
+        assert r.headers["idempotent-replayed"] == "true"
+        # one counted before that is stale: 409 with where the session ends
+        stale = appends(history, 2)[-2]
         r = await c.post("/v1/sessions/b/turns", json=stale)
         assert r.status_code == 409 and r.json()["expected_start"] == 6
         # it falls back to its whole history, then appends again

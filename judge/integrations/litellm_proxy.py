@@ -18,9 +18,14 @@ namespace in the store), so a caller with another key that sends the same sessio
 a session of its own, never this one's ladder or history; an id outside the sidecar's
 rule (1-128 of ``A-Za-z0-9._:@-``) is passed through unjudged.
 
-The guardrail never fails a request because of itself: a history it cannot read or an
-unreachable session store is logged and counted, and the request goes on. Only ``block``
-mode with a loop verdict rejects.
+The guardrail never fails a request because of itself: a history it cannot read, an
+unreachable session store or a turn past its CPU budget is logged and counted, and the
+request goes on. Only ``block`` mode with a loop verdict rejects.
+
+The tracker runs in worker threads under the sidecar's CPU budget
+(``turn_cpu_budget_s``, ``LOOP_JUDGE_TURN_CPU_BUDGET_S``; ``worker_threads``), never on
+the proxy's event loop: reading a 10 MB history costs seconds of CPU, and on the loop
+every other request of the proxy would wait for it.
 
 Enable it in the proxy's ``config.yaml``::
 
@@ -45,6 +50,7 @@ import re
 import time
 from collections.abc import Mapping
 from enum import Enum
+from functools import partial
 from typing import Any
 
 from judge.config import TrackerConfig
@@ -58,6 +64,9 @@ from judge.service import (
     StoreError,
     store_from_settings,
 )
+from judge.service.store import ServedStore
+from judge.service.turns import run_turn
+from judge.service.worker import TurnOverBudget, TurnRunner, bridge_judge
 from judge.verdict import Verdict
 
 # Through judge.llm._litellm, the one place that imports litellm: it uses the bundled model cost
@@ -110,7 +119,10 @@ _STORE_SETTINGS = (
     "lock_lease_s",
     "lock_wait_s",
     "key_prefix",
+    "max_store_bytes",
 )
+# How the guardrail runs turns, from the same block: the sidecar's CPU budget and threads.
+_RUNNER_SETTINGS = ("turn_cpu_budget_s", "worker_threads")
 
 
 class GuardrailMode(str, Enum):
@@ -188,6 +200,7 @@ class LoopJudgeGuardrail(CustomGuardrail):
         **kwargs: Any,
     ) -> None:
         store_kwargs = {k: kwargs.pop(k) for k in _STORE_SETTINGS if kwargs.get(k) is not None}
+        runner_kwargs = {k: kwargs.pop(k) for k in _RUNNER_SETTINGS if kwargs.get(k) is not None}
         kwargs.setdefault("guardrail_name", GUARDRAIL_NAME)
         kwargs.setdefault("event_hook", GuardrailEventHooks.pre_call)
         kwargs.setdefault("supported_event_hooks", [GuardrailEventHooks.pre_call])
@@ -197,12 +210,21 @@ class LoopJudgeGuardrail(CustomGuardrail):
             raise ValueError(f"nudge_role must be 'user' or 'system', got {nudge_role!r}")
         self.nudge_role = nudge_role
         self.session_header = session_header.lower()
+        settings = ServerSettings(**store_kwargs, **runner_kwargs)
         if store is None:
-            settings = ServerSettings(**store_kwargs)
             config = config if config is not None else TrackerConfig()
             store = store_from_settings(settings, config, judge_client=judge_client)
         self.store = store
         self.metrics = Metrics()
+        self.runner = TurnRunner(
+            threads=settings.worker_threads, cpu_budget_s=settings.turn_cpu_budget_s
+        )
+        if isinstance(store, ServedStore) and store.config.fast_model:
+            # Judge requests go back to the proxy's loop, which owns the connection pools.
+            bridge_judge(store, self.runner)
+
+    async def _turn(self, key: str, messages: list[Any]) -> Verdict:
+        return await _run_turn_in(self.runner, self.store, key, messages)
 
     async def async_pre_call_hook(
         self,
@@ -229,8 +251,11 @@ class LoopJudgeGuardrail(CustomGuardrail):
         key = f"{principal_of(user_api_key_dict)}/{session_id}"
         started = time.perf_counter()
         try:
-            async with self.store.session(key) as tracker:
-                verdict = await tracker.turn_started(messages)
+            verdict = await self._turn(key, messages)
+        except TurnOverBudget as exc:
+            logger.warning("loop-judge: session %s: %s", redact(session_id), exc)
+            self.metrics.inc("loop_judge_rejected_requests_total", reason="cpu_budget")
+            return data
         except HistoryError as exc:
             logger.warning(
                 "loop-judge: session %s: unreadable messages: %s",
@@ -263,6 +288,25 @@ class LoopJudgeGuardrail(CustomGuardrail):
             nudge = {"role": self.nudge_role, "content": verdict.recovery_message}
             return {**data, "messages": [*messages, nudge]}
         return data
+
+
+async def _run_turn_in(runner: TurnRunner, store: SessionStore, key: str, messages: Any) -> Verdict:
+    """One turn in ``runner``'s worker threads: the whole `Session` where the store hands
+    one out (its bytes then made in the thread too), else the bare tracker."""
+    if isinstance(store, ServedStore):
+        async with store.open(key) as session:
+            measure = bool(getattr(store, "measures", False))
+            work = partial(run_turn, session, messages, store.persists, measure=measure)
+            try:
+                outcome = await runner.run(work)
+            except TurnOverBudget:
+                session.discard()  # stopped mid-way: the tracker may be half-updated
+                raise
+        return outcome.verdict
+    async with store.session(key) as tracker:
+        # Past the budget this raises out of the block, so a store that saves does not
+        # save the half-updated tracker.
+        return await runner.run(partial(tracker.turn_started, messages))
 
 
 def _blocked(guardrail_name: str | None, message: str) -> GuardrailRaisedException:

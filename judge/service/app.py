@@ -5,17 +5,27 @@ cannot see, change or delete it (it gets 404, as for a session that does not exi
 
 Status codes say whose fault a failure is: 400 (a Host header this server does not
 answer), 401 (token), 404 (no such session for this principal), 413 (body too large, or
-the turn exceeded its CPU budget), 422 (the caller's history or session id is malformed;
-names the message index and field), 409 (appended messages do not continue the stored
-session, or the session's lock was lost: re-send the whole history), 503 (the session
-store: a busy session, Redis down; retry). A judge model failure is never an HTTP error:
-it is reported on the verdict, as the library does.
+the turn exceeded its CPU budget), 422 (the caller's history, session id or
+Idempotency-Key is malformed; names the message index and field, or the header), 409
+(appended messages do not continue the stored session, or the session's lock was lost:
+every 409 carries ``expected_start``, where the stored history ends), 503 (the session
+store: a busy session, Redis down; retry), 507 (the in-memory store is at its byte cap:
+no new session). A judge model failure is never an HTTP error: it is reported on the
+verdict, as the library does.
+
+A turn is counted once however often its request is sent: the session keeps its last
+request's digest, Idempotency-Key and answer, and a resend of that request (the same
+key, or without a key the same body) gets that answer again (``Idempotent-Replayed:
+true``) without a new turn. A session with no stored state whose history already holds
+earlier turns of the agent (it expired, was evicted, or Redis lost it) is counted from
+turn 1 again, and the response says so (``Loop-Judge-Session: restarted``), as the log does.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import re
 import time
 from collections.abc import AsyncIterator
@@ -24,22 +34,24 @@ from functools import partial
 from pathlib import Path
 from typing import Annotated, Any
 
-from fastapi import Depends, FastAPI, Request, Response
+import anyio
+from fastapi import Depends, FastAPI, Header, Request, Response
 from fastapi import Path as PathParam
-from fastapi.exception_handlers import request_validation_exception_handler
+from fastapi.encoders import jsonable_encoder
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse, PlainTextResponse
+from fastapi.responses import PlainTextResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from judge.errors import HistoryError
+from judge.errors import HistoryError, LoopJudgeError
 from judge.service.metrics import CONTENT_TYPE, Metrics
 from judge.service.settings import (
     ANONYMOUS_PRINCIPAL,
     DEFAULT_HOST,
     ServerSettings,
 )
+from judge.service.state import request_digest
 from judge.service.store import (
     ServedStore,
     Session,
@@ -47,13 +59,16 @@ from judge.service.store import (
     SessionLockLost,
     SessionStore,
     StoreError,
+    StoreFull,
     StoreUnavailable,
     store_from_settings,
 )
 from judge.service.turns import AppendConflict, appended_history, run_call, run_turn
-from judge.service.worker import MainLoopClient, TurnOverBudget, TurnRunner
+from judge.service.worker import TurnOverBudget, TurnRunner, bridge_judge
 from judge.state import MAX_STATE_BYTES
 from judge.verdict import Verdict
+
+logger = logging.getLogger("judge.service.app")
 
 API_TITLE = "loop-judge sidecar"
 API_VERSION = "1"
@@ -89,6 +104,20 @@ INLINE_MAX_STATE_BYTES = 32 * 1024
 # CPU budget is below this: a budget that tight means the operator wants every turn
 # bounded, and 1 s is hundreds of times what an inline turn costs.
 INLINE_MIN_BUDGET_S = 1.0
+# A body up to this size is digested (for recognising a resend) on the event loop: ~30 us;
+# a larger one in a thread (blake2b releases the GIL; 8 MiB takes ~10 ms).
+INLINE_DIGEST_BYTES = 64 * 1024
+# The header a client names a turn request with, so that resending it counts no new turn.
+IDEMPOTENCY_HEADER = "Idempotency-Key"
+# Keys are the client's (a UUID, a ULID, "<run>:<turn>"): visible ASCII, at most this long.
+IDEMPOTENCY_KEY_MAX = 255
+_IDEMPOTENCY_KEY = re.compile(rf"[\x21-\x7e]{{1,{IDEMPOTENCY_KEY_MAX}}}")
+# A session found without stored state whose history already holds this many assistant
+# messages was counted before (it expired, was evicted, or Redis lost it), not begun: an
+# agent's first turn holds at most one (the call whose result it reports).
+RESTARTED_MIN_ASSISTANT = 2
+# What the response of such a session's turn carries (with a log line and a metric).
+SESSION_HEADER = "Loop-Judge-Session"
 
 
 class TurnRequest(BaseModel):
@@ -138,9 +167,15 @@ class ErrorResponse(BaseModel):
 
 class ConflictResponse(BaseModel):
     detail: str
-    expected_start: int | None = Field(
-        default=None, description="where the stored history ends (append conflicts only)"
+    expected_start: int = Field(
+        description="where the stored history ends: append from there, or send it all "
+        "(0 when nothing is stored)"
     )
+
+
+class StoreFullResponse(BaseModel):
+    detail: str
+    limit: str = Field(description="the setting that bounds it")
 
 
 class OverBudgetResponse(BaseModel):
@@ -150,6 +185,8 @@ class OverBudgetResponse(BaseModel):
 
 
 def _json_error(status: int, content: dict[str, Any], **headers: str) -> Response:
+    # ASCII JSON: a string from the request (a lone surrogate's escape, say) is written
+    # as an escape again, where UTF-8 could not encode it (a 500 and a closed connection).
     return Response(
         json.dumps(content).encode(),
         status_code=status,
@@ -160,6 +197,10 @@ def _json_error(status: int, content: dict[str, Any], **headers: str) -> Respons
 
 class _BodyTooLarge(Exception):
     pass
+
+
+class BadIdempotencyKey(LoopJudgeError):
+    """An Idempotency-Key that is malformed, or that named another request (422)."""
 
 
 class BodyLimit:
@@ -335,12 +376,14 @@ class FastTurns:
         if match is None or _SESSION_ID.fullmatch(match[1]) is None:
             await self.app(scope, receive, send)
             return
-        authorization = content_type = None
+        authorization = content_type = idempotency = None
         for name, value in scope["headers"]:  # the first of each, as Starlette reads them
             if name == b"authorization" and authorization is None:
                 authorization = value
             elif name == b"content-type" and content_type is None:
                 content_type = value
+            elif name == b"idempotency-key" and idempotency is None:
+                idempotency = value.decode("latin-1")
         principal = self.handler.principal(authorization)
         if principal is None or not _json_content(content_type):
             await self.app(scope, receive, send)
@@ -359,7 +402,9 @@ class FastTurns:
             await self.app(scope, _replay(body, receive), send)
             return
         small = len(body) <= INLINE_MAX_BODY_BYTES and len(plain[0]) <= INLINE_MAX_MESSAGES
-        response = await self.handler.respond(principal, match[1], *plain, small=small)
+        response = await self.handler.respond(
+            principal, match[1], *plain, small=small, body=body, idempotency_key=idempotency
+        )
         await response(scope, receive, send)
 
 
@@ -419,17 +464,48 @@ class TurnHandler:
         start: int | None,
         *,
         small: bool = False,
-    ) -> bytes:
-        """The verdict's JSON; raises what the route's exception handlers answer.
+        body: bytes | None = None,
+        idempotency_key: str | None = None,
+    ) -> Response:
+        """The verdict's response; raises what the route's exception handlers answer.
 
         ``small``: the request is within `INLINE_MAX_BODY_BYTES` and `INLINE_MAX_MESSAGES`,
         so it runs on the event loop when this handler allows it (`inline_allowed`).
+        ``body``: the request's bytes, whose digest recognises a resend of the session's
+        last request (with ``idempotency_key``, the key decides; see the module doc).
         """
         started = time.perf_counter()
-        async with self.store.open(store_key(principal, session_id)) as session:
+        if idempotency_key is not None and not _IDEMPOTENCY_KEY.fullmatch(idempotency_key):
+            raise BadIdempotencyKey(
+                f"{IDEMPOTENCY_HEADER} must be 1-{IDEMPOTENCY_KEY_MAX} visible ASCII "
+                "characters (a UUID, say)"
+            )
+        digest = None
+        if body is not None:
+            digest = (
+                request_digest(body)
+                if len(body) <= INLINE_DIGEST_BYTES
+                else await anyio.to_thread.run_sync(request_digest, body)
+            )
+        key = store_key(principal, session_id)
+        headers: dict[str, str] = {}
+        async with self.store.open(key) as session:
+            replayed = _replayed(session, digest, idempotency_key)
+            if replayed is not None:
+                session.unchanged = True  # nothing to save: the lock is just released
+                self.metrics.inc("loop_judge_replayed_turns_total")
+                return Response(
+                    replayed,
+                    media_type="application/json",
+                    headers={"Idempotent-Replayed": "true"},
+                )
+            if session.fresh and not start:
+                self._note_restart(key, messages, headers)
             history = messages if start is None else appended_history(session, start, messages)
             persists = self.store.persists
-            work = partial(run_turn, session, history, persists)
+            request = (digest, idempotency_key) if digest is not None else None
+            measure = bool(getattr(self.store, "measures", False))
+            work = partial(run_turn, session, history, persists, measure=measure, request=request)
             inline = (small and self.inline) and (not persists or _small_save(session))
             try:
                 outcome = await (work() if inline else self.runner.run(work))
@@ -437,7 +513,32 @@ class TurnHandler:
                 session.discard()  # stopped mid-way: the tracker may be half-updated
                 raise
         self.metrics.record_turn(outcome.verdict, time.perf_counter() - started)
-        return outcome.body
+        return Response(outcome.body, media_type="application/json", headers=headers or None)
+
+    def _note_restart(
+        self, key: str, messages: list[dict[str, Any]], headers: dict[str, str]
+    ) -> None:
+        """A session with no stored state: say so if the client's whole history shows
+        it was counted before (an append past message 0 is a 409 saying so instead)."""
+        assistants = 0
+        for message in messages:
+            if message.get("role") == "assistant":
+                assistants += 1
+                if assistants >= RESTARTED_MIN_ASSISTANT:
+                    break
+        if assistants < RESTARTED_MIN_ASSISTANT:
+            return  # a session's first turn
+        headers[SESSION_HEADER] = "restarted"
+        self.metrics.inc("loop_judge_sessions_restarted_total")
+        logger.warning(
+            "session %s: nothing is stored for it but the client sent a history of %d "
+            "messages with earlier turns: its state was lost (idle past "
+            "LOOP_JUDGE_SESSION_TTL_S, evicted by Redis, whose maxmemory-policy must be "
+            "noeviction, or a Redis restart without persistence); it is counted from "
+            "turn 1 again",
+            key,
+            len(messages),
+        )
 
     async def respond(
         self,
@@ -447,17 +548,41 @@ class TurnHandler:
         start: int | None,
         *,
         small: bool = False,
+        body: bytes | None = None,
+        idempotency_key: str | None = None,
     ) -> Response:
         try:
-            body = await self.run(principal, session_id, messages, start, small=small)
-        except (HistoryError, StoreError, AppendConflict, TurnOverBudget) as exc:
+            return await self.run(
+                principal,
+                session_id,
+                messages,
+                start,
+                small=small,
+                body=body,
+                idempotency_key=idempotency_key,
+            )
+        except (
+            HistoryError,
+            StoreError,
+            AppendConflict,
+            TurnOverBudget,
+            BadIdempotencyKey,
+        ) as exc:
             return self.error_response(exc)
-        return Response(body, media_type="application/json")
 
     def error_response(
-        self, exc: HistoryError | StoreError | AppendConflict | TurnOverBudget
+        self,
+        exc: HistoryError | StoreError | AppendConflict | TurnOverBudget | BadIdempotencyKey,
     ) -> Response:
         """The answer to a turn's failure (the route's exception handlers use it too)."""
+        if isinstance(exc, BadIdempotencyKey):
+            self.metrics.inc("loop_judge_rejected_requests_total", reason="idempotency_key")
+            item = {
+                "loc": ["header", IDEMPOTENCY_HEADER.lower()],
+                "msg": str(exc),
+                "type": "idempotency_key",
+            }
+            return _json_error(422, {"detail": [item]})
         if isinstance(exc, HistoryError):
             self.metrics.inc("loop_judge_history_errors_total")
             return _history_error_response(exc)
@@ -542,7 +667,7 @@ def store_key(principal: str, session_id: str) -> str:
     return f"{principal}/{session_id}"
 
 
-def _history_error_response(exc: HistoryError) -> JSONResponse:
+def _history_error_response(exc: HistoryError) -> Response:
     # Same shape as FastAPI's own 422 (a list of {loc, msg, type}), so one client-side
     # parser handles both; loc points into the request body.
     loc: list[str | int] = ["body", "messages"]
@@ -557,12 +682,59 @@ def _history_error_response(exc: HistoryError) -> JSONResponse:
         "index": exc.index,
         "field": exc.field,
     }
-    return JSONResponse(status_code=422, content={"detail": [item]})
+    return _json_error(422, {"detail": [item]})
+
+
+def _has_surrogate(text: str) -> bool:
+    return any("\ud800" <= c <= "\udfff" for c in text)
+
+
+async def _name_surrogate_field(request: Request, error: dict[str, Any]) -> None:
+    """Say which field of the body holds a lone surrogate (an escape such as ``\\ud800``
+    that is no text). pydantic names the body itself when it is a field's name."""
+    loc = list(error.get("loc", ()))
+    subject = f"field {loc[-1]!r}" if len(loc) > 1 else "the body"
+    if loc == ["body"]:
+        try:
+            data = json.loads(await request.body())
+        except ValueError:
+            data = None
+        named = (
+            next((k for k in data if _has_surrogate(k)), None) if isinstance(data, dict) else None
+        )
+        if named is not None:
+            error["loc"] = loc = ["body", named]
+            subject = f"the field name {named!r}"
+    error["msg"] = (
+        f"{subject} holds a lone surrogate escape (\\ud800-\\udfff alone), which is not "
+        "text: encode the text as UTF-8 before escaping it"
+    )
+
+
+def _replayed(session: Session, digest: str | None, key: str | None) -> bytes | None:
+    """The answer to send again when this request resends the session's last one: the
+    same Idempotency-Key (with the same body, else `BadIdempotencyKey`), or without a key
+    the same body. None for a new request."""
+    replay = session.replay
+    if replay is None or digest is None:
+        return None
+    if key is not None:
+        if replay.key != key:
+            return None
+        if replay.digest != digest:
+            raise BadIdempotencyKey(
+                f"{IDEMPOTENCY_HEADER} {key!r} named this session's last turn, whose body "
+                "was different: send a new key with a new request"
+            )
+        return replay.body
+    return replay.body if replay.digest == digest else None
 
 
 def _store_error_response(exc: StoreError) -> Response:
     if isinstance(exc, SessionLockLost):
-        return _json_error(409, {"detail": str(exc)})
+        return _json_error(409, {"detail": str(exc), "expected_start": exc.expected_start})
+    if isinstance(exc, StoreFull):
+        return _json_error(507, {"detail": str(exc), "limit": "max_store_bytes"})
     status = 503 if isinstance(exc, (StoreUnavailable, SessionBusy)) else 500
     return _json_error(status, {"detail": str(exc)}, **{"Retry-After": str(RETRY_AFTER_S)})
 
@@ -612,7 +784,7 @@ def create_app(
     runner = TurnRunner(threads=settings.worker_threads, cpu_budget_s=settings.turn_cpu_budget_s)
     if served.config.fast_model:
         # Judge requests go back to the server's loop, which owns the connection pools.
-        _bridge_judge(served, runner)
+        bridge_judge(served, runner)
 
     @asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
@@ -660,14 +832,19 @@ def create_app(
                     f"session id must be 1-{SESSION_ID_MAX} characters of {SESSION_ID_CHARS} "
                     "(no '/', spaces or braces)"
                 )
-        return await request_validation_exception_handler(request, exc)
+            elif error.get("type") == "string_unicode":
+                await _name_surrogate_field(request, error)
+        # FastAPI's own handler writes UTF-8, which cannot hold the lone surrogate a
+        # request's escape made (it echoes the input): ASCII JSON keeps the escape.
+        return _json_error(422, {"detail": jsonable_encoder(exc.errors())})
 
     async def _turn_failed(
-        _request: Request, exc: HistoryError | StoreError | AppendConflict | TurnOverBudget
+        _request: Request,
+        exc: HistoryError | StoreError | AppendConflict | TurnOverBudget | BadIdempotencyKey,
     ) -> Response:
         return handler.error_response(exc)
 
-    for failure in (HistoryError, StoreError, AppendConflict, TurnOverBudget):
+    for failure in (HistoryError, StoreError, AppendConflict, TurnOverBudget, BadIdempotencyKey):
         app.add_exception_handler(failure, _turn_failed)  # type: ignore[arg-type]
 
     @app.post(
@@ -675,16 +852,39 @@ def create_app(
         response_model=Verdict,
         summary="Count one turn and say whether the agent is looping",
         responses={
-            409: {"model": ConflictResponse, "description": "re-send the whole history"},
+            409: {"model": ConflictResponse, "description": "continue from expected_start"},
             413: {"model": OverBudgetResponse, "description": "body or CPU budget exceeded"},
-            422: {"description": "malformed history (names message index and field)"},
+            422: {
+                "description": "malformed history (names message index and field) or "
+                "Idempotency-Key"
+            },
+            507: {"model": StoreFullResponse, "description": "in-memory store full"},
         },
     )
-    async def turn(session_id: SessionId, body: TurnRequest, principal: Principal) -> Response:
+    async def turn(
+        session_id: SessionId,
+        body: TurnRequest,
+        principal: Principal,
+        request: Request,
+        idempotency_key: Annotated[
+            str | None,
+            Header(
+                alias=IDEMPOTENCY_HEADER,
+                description="names this request: a resend with the same key (and body) "
+                "is answered as the first was, without counting another turn",
+            ),
+        ] = None,
+    ) -> Response:
         # Most turns never get here (`FastTurns` answers them); these are the requests
         # it left to FastAPI's validation, which let this one through.
-        verdict = await handler.run(principal, session_id, body.messages, body.start)
-        return Response(verdict, media_type="application/json")
+        return await handler.run(
+            principal,
+            session_id,
+            body.messages,
+            body.start,
+            body=await request.body(),
+            idempotency_key=idempotency_key,
+        )
 
     @app.post(
         "/v1/sessions/{session_id}/calls",
@@ -734,17 +934,6 @@ def create_app(
         return PlainTextResponse(metrics.render(sessions_live=live), media_type=CONTENT_TYPE)
 
     return app
-
-
-def _bridge_judge(store: ServedStore, runner: TurnRunner) -> None:
-    """Make the store's trackers send judge requests through the server's loop."""
-    from judge.llm._litellm import LiteLLMClient
-
-    current = getattr(store, "judge_client", None)
-    if isinstance(current, MainLoopClient):
-        return
-    inner = current if current is not None else LiteLLMClient.from_config(store.config)
-    store.judge_client = MainLoopClient(inner, runner)
 
 
 def openapi_schema() -> dict[str, Any]:

@@ -49,10 +49,18 @@ _HELP: dict[str, tuple[str, str]] = {
     "loop_judge_judge_cost_usd_total": ("counter", "Judge cost in US$ as litellm priced it."),
     "loop_judge_history_errors_total": ("counter", "Requests refused for a malformed history."),
     "loop_judge_store_errors_total": ("counter", "Requests failed by the session store."),
+    "loop_judge_replayed_turns_total": (
+        "counter",
+        "Turn requests answered again without a new turn (a resend of the session's last).",
+    ),
+    "loop_judge_sessions_restarted_total": (
+        "counter",
+        "Sessions found without stored state whose history shows earlier turns (lost).",
+    ),
     "loop_judge_rejected_requests_total": (
         "counter",
         "Requests refused before or during a turn, by reason (host, token, cpu_budget, "
-        "append_conflict).",
+        "append_conflict, idempotency_key).",
     ),
     "loop_judge_judge_latency_seconds": ("histogram", "Latency of one judge model call."),
     "loop_judge_request_duration_seconds": ("histogram", "Time to answer a turn or call."),
@@ -226,6 +234,8 @@ _UNLABELLED = frozenset(
         "loop_judge_judge_checks_total",
         "loop_judge_judge_errors_total",
         "loop_judge_history_errors_total",
+        "loop_judge_replayed_turns_total",
+        "loop_judge_sessions_restarted_total",
     }
 )
 

@@ -31,6 +31,11 @@ DEFAULT_SESSION_TTL_S = 3600.0
 # max_state_bytes (2 MiB) whatever the input (evals/bench_state.py), so 10,000 typical
 # sessions stay around 1 GB on a replica.
 DEFAULT_MAX_SESSIONS = 10_000
+# In-memory byte cap: the sessions' state as a save would write it (JSON), plus the
+# history's last entry kept for the append API, which is as large as the agent made it (a
+# 7.9 MB tool result pins 7.9 MB). At the median 26 kB per session this holds ~40,000
+# sessions; a replica's resident memory runs about 3x the figure (live objects, not text).
+DEFAULT_MAX_STORE_BYTES = 1024 * 1024 * 1024
 # Redis lock lease: renewed every third of it while a turn runs, so it only matters when a
 # replica dies holding it: the session is usable again at most this long after the crash.
 # Turns run off the event loop, so the renewal (every 1.7 s) is late only if the loop
@@ -133,6 +138,11 @@ class ServerSettings(BaseSettings):
     max_body_bytes: int = Field(default=DEFAULT_MAX_BODY_BYTES, ge=1024)
     session_ttl_s: float = Field(default=DEFAULT_SESSION_TTL_S, gt=0)
     max_sessions: int = Field(default=DEFAULT_MAX_SESSIONS, ge=1)
+    max_store_bytes: int = Field(
+        default=DEFAULT_MAX_STORE_BYTES,
+        ge=1,
+        description="in-memory store: bytes of sessions held before new ones are refused (507)",
+    )
     lock_lease_s: float = Field(default=DEFAULT_LOCK_LEASE_S, gt=0)
     lock_wait_s: float = Field(default=DEFAULT_LOCK_WAIT_S, ge=0)
     key_prefix: str = DEFAULT_KEY_PREFIX

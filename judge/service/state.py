@@ -10,6 +10,7 @@ and the decompressed size is capped, so a planted value cannot exhaust memory ei
 
 from __future__ import annotations
 
+import hashlib
 import json
 import threading
 import weakref
@@ -41,6 +42,16 @@ class StateFormatError(StateError):
     ``except StateError`` covers a state from the store and one handed in directly)."""
 
 
+@dataclass(frozen=True)
+class Replay:
+    """The answer to a session's last turn request, kept so that a client retrying that
+    request (its response lost) is answered alike instead of counting another turn."""
+
+    digest: str  # of the request's body (`request_digest`)
+    key: str | None  # the request's Idempotency-Key header, if it sent one
+    body: bytes  # the verdict's JSON as it was sent
+
+
 @dataclass
 class SessionData:
     """One session as the server keeps it between turns."""
@@ -48,6 +59,7 @@ class SessionData:
     tracker: LoopTracker
     length: int = 0  # messages in the agent's history at the last turn
     tail: Any = None  # that history's last entry, redacted (None when it was empty)
+    replay: Replay | None = None  # the last turn request's answer
 
 
 def new_tracker(config: TrackerConfig, client: LLMClient | None = None) -> LoopTracker:
@@ -153,14 +165,26 @@ def stored_tail(tracker: LoopTracker, entry: Any) -> Any:
     return entry if redactor is None else redacting_reader(redactor)(entry)
 
 
-def dump_session(tracker: LoopTracker, length: int, tail: Any) -> bytes:
+def dump_session(
+    tracker: LoopTracker, length: int, tail: Any, replay: Replay | None = None
+) -> bytes:
     """A session's stored bytes: format tag, then compressed JSON."""
-    return pack_session(session_json(tracker, length, tail))
+    return pack_session(session_json(tracker, length, tail, replay))
 
 
-def session_json(tracker: LoopTracker, length: int, tail: Any) -> bytes:
+def session_json(
+    tracker: LoopTracker, length: int, tail: Any, replay: Replay | None = None
+) -> bytes:
     """A session's JSON before compression (`pack_session` makes the stored bytes)."""
-    head = json.dumps({"length": length, "tail": tail}, separators=(",", ":"))
+    fields: dict[str, Any] = {"length": length, "tail": tail}
+    if replay is not None:
+        # The verdict as sent: its text holds what the tracker redacted, nothing more.
+        fields["replay"] = {
+            "digest": replay.digest,
+            "key": replay.key,
+            "body": replay.body.decode("utf-8", "surrogatepass"),
+        }
+    head = json.dumps(fields, separators=(",", ":"))
     # The state is spliced in as its own JSON text: no second pass over the largest part.
     return head[:-1].encode("utf-8") + b',"state":' + dump_tracker(tracker) + b"}"
 
@@ -179,6 +203,42 @@ def _parse(text: bytes) -> Any:
         return pydantic_core.from_json(text)
     except ValueError:
         return json.loads(text)
+
+
+def _replay(data: Any) -> Replay | None:
+    """A stored `Replay` (absent from sessions saved before it existed)."""
+    if data is None:
+        return None
+    if (
+        not isinstance(data, dict)
+        or not isinstance(data.get("digest"), str)
+        or not isinstance(data.get("body"), str)
+        or not isinstance(data.get("key"), (str, type(None)))
+    ):
+        raise StateFormatError("stored session has a malformed replay record")
+    body = data["body"].encode("utf-8", "surrogatepass")
+    return Replay(data["digest"], data["key"], body)
+
+
+def held_bytes(session: SessionData, state_part: int | None = None) -> tuple[int, int]:
+    """(bytes ``session`` holds, its tracker state's part of them): the state as a save
+    writes it (``state_part`` when already counted) plus its kept history entry and reply
+    as JSON, the form `session_json` stores them in."""
+    if state_part is None:
+        state = session.tracker.state
+        data = state.plain_json() or state.fast_json() or state.model_dump_json().encode()
+        state_part = len(data)
+    try:
+        tail = len(json.dumps(session.tail, separators=(",", ":")))
+    except (TypeError, ValueError, RecursionError):
+        tail = len(repr(session.tail))  # not JSON (a caller's object): as much as its text
+    replay = len(session.replay.body) if session.replay is not None else 0
+    return state_part + tail + replay, state_part
+
+
+def request_digest(body: bytes) -> str:
+    """What identifies a turn request's body: a resend of the same bytes has the same."""
+    return hashlib.blake2b(body, digest_size=16).hexdigest()
 
 
 def load_session(
@@ -200,7 +260,8 @@ def load_session(
         length, tail = raw["length"], raw["tail"]
         if not isinstance(length, int) or length < 0:
             raise StateFormatError(f"stored session has a bad history length {length!r}")
-        return SessionData(_from_state(config, state, client), length, tail)
+        replay = _replay(raw.get("replay"))
+        return SessionData(_from_state(config, state, client), length, tail, replay)
     except (ValueError, KeyError, TypeError, RecursionError, ValidationError, StateError) as exc:
         if isinstance(exc, StateFormatError):
             raise

@@ -21,6 +21,14 @@ Errors (all `StoreError`, a `LoopJudgeError`)::
     +-- StoreUnavailable   Redis cannot be reached (the server answers 503)
     +-- SessionBusy        another turn of the session held the lock too long (503)
     +-- SessionLockLost    the lock expired or the session was deleted mid-turn (409)
+    +-- StoreFull          the in-memory store holds its byte cap of sessions (507)
+
+Nothing a store holds can wedge a session for ever: a lock key without an expiry (none
+of ours lacks one) is given a lease and then frees itself, and a session key holding
+another type than ours is replaced as unreadable state is (logged, the session starts
+over). Redis must not evict session keys (``maxmemory-policy noeviction``): an evicted
+session would start over at turn 1; the store warns at its first turn when the policy
+could evict, and the server reports a session whose history outgrew what is stored.
 """
 
 from __future__ import annotations
@@ -46,11 +54,13 @@ from judge.service.settings import (
     DEFAULT_LOCK_LEASE_S,
     DEFAULT_LOCK_WAIT_S,
     DEFAULT_MAX_SESSIONS,
+    DEFAULT_MAX_STORE_BYTES,
     DEFAULT_SESSION_TTL_S,
 )
 from judge.service.state import (
     SessionData,
     StateFormatError,
+    held_bytes,
     load_session,
     load_tracker,
     new_tracker,
@@ -81,6 +91,14 @@ GENERATION_BYTES = 8
 REDIS_MAX_CONNECTIONS = 100
 # How long a request waits for a free connection before it is a 503 (redis-py's default).
 REDIS_POOL_WAIT_S = 20.0
+# The one maxmemory-policy under which Redis never drops a session key: at its memory limit
+# it refuses writes (a 503 the client retries) instead of evicting keys, and every other
+# policy may evict ours (all of them have a TTL, so volatile-* policies take them too).
+SAFE_EVICTION_POLICY = "noeviction"
+# A served session's tracker state is re-counted for the in-memory byte cap every this many
+# turns (~0.2 ms for a 30-turn session, so ~12 us a turn); what a turn adds in between is
+# small beside the cap (a turn's new messages, bounded per message as the state holds them).
+REMEASURE_TURNS = 16
 # Bytes of randomness in a lock token: only the holder knows it, so only the holder can
 # renew, save under or release the lock.
 TOKEN_BYTES = 16
@@ -105,10 +123,23 @@ INDEX_REFRESH_FRACTION = 1 / 60
 # Takes the lock and reads the session, skipping its (large) data when the caller's
 # cached copy is current.
 # KEYS: lock, session hash. ARGV: our token, lease in ms, the generation the caller holds
-# ('' for none). Returns 0 (the lock is held by another turn), {} (no session), {gen}
-# (the caller's copy is current) or {gen, data}.
+# ('' for none). Returns 0 (the lock is held by another turn), -1 (held by a key without
+# an expiry, which is given one now, so it frees itself within a lease), {} (no session),
+# {gen} (the caller's copy is current), {gen, data}, or {'', '', type} (the session key
+# held another type, now deleted: the session starts over).
 _LOCK_AND_READ = """
-if not redis.call('set', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then return 0 end
+if not redis.call('set', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+  if redis.call('pttl', KEYS[1]) == -1 then
+    redis.call('pexpire', KEYS[1], ARGV[2])
+    return -1
+  end
+  return 0
+end
+local kind = redis.call('type', KEYS[2])['ok']
+if kind ~= 'hash' and kind ~= 'none' then
+  redis.call('del', KEYS[2])
+  return {'', '', kind}
+end
 local gen = redis.call('hget', KEYS[2], 'gen')
 if not gen then return {} end
 if gen == ARGV[3] then return {gen} end
@@ -117,10 +148,12 @@ return {gen, redis.call('hget', KEYS[2], 'data')}
 
 # Saves and releases only while we still hold the lock (a fencing check): a replica that
 # stalled past its lease must not overwrite the turn another replica ran meanwhile.
-# KEYS: lock, session hash. ARGV: our lock token, generation, data, TTL in ms.
+# ``len`` (the history's length) is kept beside the data so a turn that lost its lock can
+# say where the stored history ends without decoding it.
+# KEYS: lock, session hash. ARGV: our lock token, generation, data, TTL in ms, length.
 _SAVE_AND_UNLOCK = """
 if redis.call('get', KEYS[1]) ~= ARGV[1] then return 0 end
-redis.call('hset', KEYS[2], 'gen', ARGV[2], 'data', ARGV[3])
+redis.call('hset', KEYS[2], 'gen', ARGV[2], 'data', ARGV[3], 'len', ARGV[5])
 redis.call('pexpire', KEYS[2], ARGV[4])
 redis.call('del', KEYS[1])
 return 1
@@ -159,8 +192,18 @@ class SessionLockLost(StoreError):
     """The session's lock expired or the session was deleted while this turn ran.
 
     The turn's result was not saved, so the stored session never holds two turns that ran
-    side by side.
+    side by side. ``expected_start``: where the stored history ends now (0 when the
+    session is gone), so a client appending can continue from there (the 409 says it).
     """
+
+    def __init__(self, message: str, *, session_id: str | None = None, expected_start: int = 0):
+        super().__init__(message, session_id=session_id)
+        self.expected_start = expected_start
+
+
+class StoreFull(StoreError):
+    """The in-memory store holds ``max_bytes`` of sessions: a new one is refused (507)
+    rather than the replica running out of memory or a session forgotten unannounced."""
 
 
 @dataclass(eq=False)
@@ -175,19 +218,43 @@ class Session(SessionData):
 
     blob: bytes | None = None
     discarded: bool = False
+    # The turn changed nothing (a retried request answered from `SessionData.replay`):
+    # the lock is released without a save.
+    unchanged: bool = False
+    # No state was stored for it: a new session, or one that expired, was evicted or was
+    # unreadable (the server tells these apart by the history the client sends).
+    fresh: bool = False
+    # The generation this session was read at (`RedisStore`), to cache an unchanged one.
+    generation: bytes | None = None
     # When this replica last put the session in the live-session index (`RedisStore`).
     indexed_at: float | None = None
     # Bytes of its state's JSON at its last save here (0: a fresh session; None: not
     # known, as for a session read from Redis): what the next save will cost, roughly.
     state_bytes: int | None = None
+    # What it holds, as `measure` last counted it (the in-memory store's byte cap).
+    held: int = 0
+    # The tracker state's part of ``held`` and the turns since it was counted.
+    _state_part: int | None = None
+    _unmeasured_turns: int = 0
 
     def discard(self) -> None:
         self.discarded = True
 
+    def measure(self) -> int:
+        """Count the bytes this session holds into ``held``: its tracker's state as a save
+        would write it, re-counted every `REMEASURE_TURNS` turns (its windows change by
+        about a turn's text meanwhile), and its kept history entry and reply, counted at
+        every turn since either can be as large as a request."""
+        self._unmeasured_turns += 1
+        if self._state_part is None or self._unmeasured_turns >= REMEASURE_TURNS:
+            self._state_part, self._unmeasured_turns = None, 0
+        self.held, self._state_part = held_bytes(self, self._state_part)
+        return self.held
+
     def pack(self) -> bytes:
         """Serialize the session as it stands into ``blob`` (the bytes a store keeps),
         noting the size of its JSON in ``state_bytes``."""
-        body = session_json(self.tracker, self.length, self.tail)
+        body = session_json(self.tracker, self.length, self.tail, self.replay)
         self.blob, self.state_bytes = pack_session(body), len(body)
         return self.blob
 
@@ -259,13 +326,13 @@ def _session_or_fresh(
         try:
             raw = data.encode("latin-1") if isinstance(data, str) else data
             loaded = load_session(config, raw, client)
-            return Session(loaded.tracker, loaded.length, loaded.tail)
+            return Session(loaded.tracker, loaded.length, loaded.tail, loaded.replay)
         except StateError as exc:
             # Saved by another configuration or version (a rolling deploy): starting the
             # session over loses its history, but refusing it would wedge the agent until
             # the TTL. The key is logged, never the state (it quotes the conversation).
             logger.warning("session %s: stored state unreadable (%s); starting over", key, exc)
-    return Session(new_tracker(config, client), state_bytes=0)
+    return Session(new_tracker(config, client), state_bytes=0, fresh=True)
 
 
 # -- in memory ---------------------------------------------------------------------------
@@ -280,11 +347,15 @@ class _Entry:
 
 
 class MemoryStore:
-    """Sessions in this process: an LRU bounded by ``max_sessions`` with an idle TTL.
+    """Sessions in this process: an LRU bounded by ``max_sessions`` with an idle TTL, and
+    by ``max_bytes`` of what they hold.
 
     The default for a single replica. Trackers stay live objects, so a turn costs no
-    serialization. Sessions in use are never evicted; the bound may be exceeded while
-    every session is busy.
+    serialization. Sessions in use are never evicted; the count bound may be exceeded
+    while every session is busy. The byte bound is never met by forgetting a session: at
+    it, a new session is refused (`StoreFull`, 507) and those already held go on. A turn
+    counts its session's bytes (`Session.measure`); the total may pass the bound by what
+    the turns running at that moment add.
     """
 
     kind = "memory"
@@ -296,6 +367,7 @@ class MemoryStore:
         *,
         judge_client: LLMClient | None = None,
         max_sessions: int = DEFAULT_MAX_SESSIONS,
+        max_bytes: int | None = DEFAULT_MAX_STORE_BYTES,
         session_ttl_s: float = DEFAULT_SESSION_TTL_S,
         lock_wait_s: float = DEFAULT_LOCK_WAIT_S,
         clock: Callable[[], float] = time.monotonic,
@@ -303,6 +375,9 @@ class MemoryStore:
         self.config = config if config is not None else TrackerConfig()
         self.judge_client = judge_client
         self._max = max_sessions
+        self.max_bytes = max_bytes
+        # What the held sessions hold, by their last `Session.measure`.
+        self.bytes_held = 0
         self._ttl = session_ttl_s
         self._lock_wait = lock_wait_s
         self._clock = clock
@@ -310,6 +385,16 @@ class MemoryStore:
 
     def __len__(self) -> int:
         return len(self._entries)
+
+    @property
+    def measures(self) -> bool:
+        """Whether a turn must count its session's bytes (`Session.measure`)."""
+        return self.max_bytes is not None
+
+    def _drop(self, key: str) -> None:
+        entry = self._entries.pop(key, None)
+        if entry is not None:
+            self.bytes_held -= entry.session.held
 
     def _expire(self, now: float) -> None:
         # Runs on every request: walks only the expired head (oldest use first), never
@@ -322,7 +407,7 @@ class MemoryStore:
             if entry.users == 0:
                 expired.append(sid)
         for sid in expired:
-            del self._entries[sid]
+            self._drop(sid)
 
     def _evict(self) -> None:
         excess = len(self._entries) - self._max
@@ -332,7 +417,8 @@ class MemoryStore:
             if excess <= 0:
                 break
             if self._entries[sid].users == 0:
-                del self._entries[sid]
+                logger.info("session %s evicted: more than %d sessions held", sid, self._max)
+                self._drop(sid)
                 excess -= 1
 
     def _use(self, key: str, now: float) -> _Entry | None:
@@ -354,9 +440,12 @@ class MemoryStore:
         self._expire(now)
         entry = self._use(key, now)
         if entry is None:
+            if not readonly:
+                self._check_room(key)
             # Building a tracker costs milliseconds of CPU: off the loop.
             fresh = Session(
-                await anyio.to_thread.run_sync(new_tracker, self.config, self.judge_client)
+                await anyio.to_thread.run_sync(new_tracker, self.config, self.judge_client),
+                fresh=True,
             )
             if readonly:  # a preflight on an unknown session: a fresh tracker, not kept
                 yield fresh
@@ -383,15 +472,30 @@ class MemoryStore:
                     raise SessionBusy(
                         f"session {key!r} is busy with another turn", session_id=key
                     ) from None
+            before = entry.session.held
             try:
                 yield entry.session
             finally:
                 entry.lock.release()
                 entry.last_used = self._clock()
-                if entry.session.discarded and self._entries.get(key) is entry:
-                    del self._entries[key]
+                if self._entries.get(key) is entry:
+                    self.bytes_held += entry.session.held - before
+                    if entry.session.discarded:
+                        self._drop(key)
         finally:
             entry.users -= 1
+
+    def _check_room(self, key: str) -> None:
+        """Refuse a new session while the held ones are at the byte cap (`StoreFull`)."""
+        if self.max_bytes is None or self.bytes_held < self.max_bytes:
+            return
+        raise StoreFull(
+            f"the in-memory session store holds {self.bytes_held:,} bytes of "
+            f"{len(self._entries):,} sessions, at its cap of {self.max_bytes:,} "
+            "(LOOP_JUDGE_MAX_STORE_BYTES): no new session until idle ones expire "
+            "(LOOP_JUDGE_SESSION_TTL_S) or are deleted; raise the cap, or use Redis",
+            session_id=key,
+        )
 
     @asynccontextmanager
     async def session(
@@ -401,7 +505,9 @@ class MemoryStore:
             yield session.tracker
 
     async def delete(self, session_id: str) -> bool:
-        return self._entries.pop(session_id, None) is not None
+        existed = session_id in self._entries
+        self._drop(session_id)
+        return existed
 
     async def live_sessions(self) -> int:
         self._expire(self._clock())
@@ -412,9 +518,20 @@ class MemoryStore:
 
     async def aclose(self) -> None:
         self._entries.clear()
+        self.bytes_held = 0
 
 
 # -- Redis -------------------------------------------------------------------------------
+
+
+def _config_value(reply: Any, name: str) -> str | None:
+    """One setting of a CONFIG GET reply (keys are bytes or str, as the client decodes)."""
+    if not isinstance(reply, dict):
+        return None
+    value = reply.get(name, reply.get(name.encode()))
+    if value is None:
+        return None
+    return value.decode("latin-1") if isinstance(value, bytes) else str(value)
 
 
 @contextlib.contextmanager
@@ -493,6 +610,9 @@ class RedisStore:
         self._lease_ms = max(1, round(lock_lease_s * 1000))
         self._cache: OrderedDict[str, tuple[bytes, Session]] = OrderedDict()
         self._cache_size = max_sessions
+        # Whether Redis's eviction policy was looked at (`check_eviction_policy`).
+        self._policy_checked = False
+        self._policy: str | None = None
 
     def _keys(self, key: str) -> tuple[str, str]:
         base = f"{self._prefix}{{{key}}}"
@@ -540,7 +660,15 @@ class RedisStore:
                 reply = await self._redis.eval(
                     _LOCK_AND_READ, 2, lock_key, session_key, token, self._lease_ms, generation
                 )
-            if reply != 0:
+            if reply == -1:
+                logger.warning(
+                    "session %s: its lock key %s had no expiry (not set by loop-judge, whose "
+                    "locks always have a lease); it now expires in %g s",
+                    key,
+                    lock_key,
+                    self._lease,
+                )
+            elif reply != 0:
                 break
             if time.monotonic() + LOCK_POLL_S > deadline:
                 raise SessionBusy(
@@ -550,26 +678,104 @@ class RedisStore:
             await asyncio.sleep(LOCK_POLL_S)
         if len(reply) == 1 and cached is not None:
             session = cached[1]
-            session.blob, session.discarded = None, False
+            session.blob, session.discarded, session.unchanged = None, False, False
+            session.generation = reply[0]
             return session
+        if len(reply) == 3:
+            kind = reply[2].decode("latin-1") if isinstance(reply[2], bytes) else str(reply[2])
+            logger.warning(
+                "session %s: its key %s held a Redis %s, not a session; deleted, the "
+                "session starts over",
+                key,
+                session_key,
+                kind,
+            )
         data = reply[1] if len(reply) == 2 else None
         try:
             # Decoding a state (or building a tracker) costs milliseconds: off the loop.
-            return await anyio.to_thread.run_sync(
+            session = await anyio.to_thread.run_sync(
                 _session_or_fresh, key, data, self.config, self.judge_client
             )
         except BaseException:  # cancelled, or a bug: the lock is ours, free it now
             with anyio.CancelScope(shield=True):
                 await self._release(lock_key, token)
             raise
+        session.generation = reply[0] if len(reply) == 2 else None
+        return session
+
+    async def _read_data(self, key: str, session_key: str) -> bytes | str | None:
+        """The session's stored bytes without a lock; None for none, or for a key of
+        another type (which the next turn replaces)."""
+        from redis.exceptions import ResponseError
+
+        try:
+            with _redis_errors(key):
+                data: bytes | str | None = await self._redis.hget(session_key, "data")
+        except StoreUnavailable as exc:
+            if isinstance(exc.__cause__, ResponseError) and "WRONGTYPE" in str(exc.__cause__):
+                return None
+            raise
+        return data
+
+    async def _stored_length(self, key: str, session_key: str) -> int:
+        """Where the stored history of the session ends now (0 when there is none)."""
+        from redis.exceptions import ResponseError
+
+        try:
+            with _redis_errors(key):
+                length = await self._redis.hget(session_key, "len")
+        except StoreUnavailable as exc:
+            if isinstance(exc.__cause__, ResponseError) and "WRONGTYPE" in str(exc.__cause__):
+                return 0  # not a session: the next turn replaces it
+            raise
+        if length is not None:
+            return int(length)
+        data = await self._read_data(key, session_key)
+        if data is None:
+            return 0
+        # Saved before the length was kept beside the data: read it from the session.
+        session = await anyio.to_thread.run_sync(
+            _session_or_fresh, key, data, self.config, self.judge_client
+        )
+        return session.length
+
+    async def check_eviction_policy(self) -> str | None:
+        """Warn once if Redis may evict session keys; the policy, or None where the
+        server does not say (CONFIG disabled, as on some managed services)."""
+        from redis.exceptions import RedisError
+
+        if self._policy_checked:
+            return self._policy
+        self._policy_checked = True
+        try:
+            config = await self._redis.config_get("maxmemory-policy")
+            maxmemory = await self._redis.config_get("maxmemory")
+        except RedisError as exc:
+            logger.info("could not read Redis maxmemory-policy (%s); it must be noeviction", exc)
+            return None
+        policy = _config_value(config, "maxmemory-policy")
+        limit = _config_value(maxmemory, "maxmemory")
+        self._policy = policy
+        if policy not in (None, SAFE_EVICTION_POLICY) and limit not in (None, "0"):
+            logger.warning(
+                "Redis maxmemory-policy is %s with maxmemory %s: at the limit Redis evicts "
+                "session keys and those sessions start over at turn 1; set "
+                "maxmemory-policy %s (a full Redis then refuses writes: 503, not a silent "
+                "reset)",
+                policy,
+                limit,
+                SAFE_EVICTION_POLICY,
+            )
+        return policy
 
     @asynccontextmanager
     async def open(self, key: str, *, readonly: bool = False) -> AsyncIterator[Session]:
         session_key, lock_key = self._keys(key)
+        if not self._policy_checked:
+            await self.check_eviction_policy()
         if readonly:
             # No lock and no cache: a fresh copy that nobody else is changing.
-            with _redis_errors(key):
-                data = await self._redis.hget(session_key, "data")
+            data = await self._read_data(key, session_key)
             yield await anyio.to_thread.run_sync(
                 _session_or_fresh, key, data, self.config, self.judge_client
             )
@@ -594,6 +800,12 @@ class RedisStore:
             yield session
             if session.discarded:
                 return
+            if session.unchanged:
+                # Nothing to save; the copy read is still the stored one, so it is cached
+                # as it was (the lock is released below).
+                if session.generation is not None:
+                    self._cache_put(key, session.generation, session)
+                return
             blob = session.blob if session.blob is not None else session.pack()
             generation = secrets.token_hex(GENERATION_BYTES).encode()
             timer.cancel()
@@ -602,12 +814,15 @@ class RedisStore:
             # Every script is sent as EVAL with its text (see _LOCK_AND_READ).
             save = (_SAVE_AND_UNLOCK, 2, lock_key, session_key, token, generation, blob)
             with _redis_errors(key):
-                ok = await self._redis.eval(*save, self._ttl_ms)
+                ok = await self._redis.eval(*save, self._ttl_ms, session.length)
             if not ok:
+                expected = await self._stored_length(key, session_key)
                 raise SessionLockLost(
                     f"session {key!r}: lock expired or session deleted during the "
-                    "turn; its result was not saved",
+                    f"turn (a stalled replica, a Redis restart); its result was not saved: "
+                    f"the stored history ends at message {expected}, continue from there",
                     session_id=key,
+                    expected_start=expected,
                 )
             saved = True
             session.blob = None
@@ -616,9 +831,8 @@ class RedisStore:
             if indexed is None or now - indexed >= self._index_refresh_s:
                 # Only after a save that landed, so a deleted session is not indexed again.
                 session.indexed_at = await self._index(key, now)
-            self._cache[key] = (generation, session)
-            while len(self._cache) > self._cache_size:
-                self._cache.popitem(last=False)
+            session.generation = generation
+            self._cache_put(key, generation, session)
         finally:
             timer.cancel()
             if renewal is not None:
@@ -626,6 +840,11 @@ class RedisStore:
             if not saved:
                 with anyio.CancelScope(shield=True):
                     await self._release(lock_key, token)
+
+    def _cache_put(self, key: str, generation: bytes, session: Session) -> None:
+        self._cache[key] = (generation, session)
+        while len(self._cache) > self._cache_size:
+            self._cache.popitem(last=False)
 
     @asynccontextmanager
     async def session(
@@ -681,6 +900,7 @@ def build_store(
     lock_lease_s: float = DEFAULT_LOCK_LEASE_S,
     lock_wait_s: float = DEFAULT_LOCK_WAIT_S,
     key_prefix: str = DEFAULT_KEY_PREFIX,
+    max_store_bytes: int | None = DEFAULT_MAX_STORE_BYTES,
 ) -> MemoryStore | RedisStore:
     """Redis when a URL is given, else in memory: the server and guardrail share this."""
     if redis_url:
@@ -698,6 +918,7 @@ def build_store(
         config,
         judge_client=judge_client,
         max_sessions=max_sessions,
+        max_bytes=max_store_bytes,
         session_ttl_s=session_ttl_s,
         lock_wait_s=lock_wait_s,
     )
@@ -719,4 +940,5 @@ def store_from_settings(
         lock_lease_s=settings.lock_lease_s,
         lock_wait_s=settings.lock_wait_s,
         key_prefix=settings.key_prefix,
+        max_store_bytes=settings.max_store_bytes,
     )

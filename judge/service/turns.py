@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any, overload
 
 from judge.errors import LoopJudgeError
-from judge.service.state import SessionData, stored_tail
+from judge.service.state import Replay, SessionData, stored_tail
 from judge.service.store import Session
 from judge.verdict import Verdict
 
@@ -89,18 +89,35 @@ class TurnOutcome:
     body: bytes  # the verdict's JSON, made in the worker thread
 
 
-async def run_turn(session: Session, history: Sequence[Any], serialize: bool) -> TurnOutcome:
+async def run_turn(
+    session: Session,
+    history: Sequence[Any],
+    serialize: bool,
+    *,
+    measure: bool = False,
+    request: tuple[str, str | None] | None = None,
+) -> TurnOutcome:
     """The worker thread's part of a turn: the tracker, then everything that costs CPU
-    after it (the verdict's JSON, the session's bytes when the store keeps bytes)."""
+    after it (the verdict's JSON, the session's bytes when the store keeps bytes, or
+    their count when it caps them: ``measure``).
+
+    ``request``: the request's (body digest, Idempotency-Key): the answer is kept with
+    them in the session (`Replay`), so a retry of this request gets it again."""
     verdict = await session.tracker.turn_started(history)
+    body = verdict.model_dump_json().encode("utf-8")
     session.length = len(history)
     session.tail = stored_tail(session.tracker, history[-1]) if len(history) else None
+    session.replay = Replay(request[0], request[1], body) if request is not None else None
+    session.fresh = False
     if serialize:
         session.pack()
-    return TurnOutcome(verdict, verdict.model_dump_json().encode("utf-8"))
+    elif measure:
+        session.measure()
+    return TurnOutcome(verdict, body)
 
 
 async def run_call(session: SessionData, name: str, arguments: Any) -> TurnOutcome:
     """The worker thread's part of a preflight check (it reads the detectors' state)."""
-    verdict = session.tracker.check_call(name, arguments)
+    # A preview: the session is read, not saved, so a refusal could not be recorded.
+    verdict = session.tracker.check_call(name, arguments, refuse=False)
     return TurnOutcome(verdict, verdict.model_dump_json().encode("utf-8"))

@@ -326,3 +326,16 @@ class MainLoopClient:
             self.inner.complete(model, messages, schema=schema), home
         )
         return await asyncio.wrap_future(future)
+
+
+def bridge_judge(store: Any, runner: TurnRunner) -> None:
+    """Make ``store``'s trackers (whose config names a judge model) send judge requests
+    through the event loop ``runner`` was first used on, which owns the connection pools,
+    while their turns run in its worker threads."""
+    from judge.llm._litellm import LiteLLMClient
+
+    current = getattr(store, "judge_client", None)
+    if isinstance(current, MainLoopClient):
+        return
+    inner = current if current is not None else LiteLLMClient.from_config(store.config)
+    store.judge_client = MainLoopClient(inner, runner)
