@@ -18,7 +18,7 @@ import judge.llm._litellm as litellm_client
 from judge import LoopTracker, TrackerConfig, Verdict
 from judge.errors import ConfigError
 from tests.fakes import answer, looping_history
-from tests.fault_server import FaultServer, Reply, completion, error
+from tests.fault_server import FaultServer, Reply, Request, completion, error
 
 pytestmark = [pytest.mark.anyio, pytest.mark.model_requests]
 
@@ -167,3 +167,47 @@ def test_the_readme_local_setup_fits_a_cpu_model() -> None:
         **{k.removeprefix("LOOP_JUDGE_").lower(): v for k, v in settings.items()}
     )
     assert config.fast_model and config.api_base
+
+
+def llama_server_script(n_ctx: int) -> Any:
+    """llama.cpp's own server: replies carry ``timings``; GET /props says the context."""
+
+    def handle(request: Request) -> Reply:
+        if request.method == "GET" and request.path == "/props":
+            return Reply(body={"default_generation_settings": {"n_ctx": n_ctx}})
+        body = completion(answer(0.2)).body
+        assert isinstance(body, dict)
+        return Reply(body={**body, "timings": {"prompt_n": 900, "predicted_n": 30}})
+
+    return handle
+
+
+async def test_the_server_context_is_checked_at_the_first_call(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    with FaultServer(llama_server_script(4096)) as server:
+        t = tracker(server.port, min_interval=1, max_interval=1)
+        with caplog.at_level("WARNING", logger="judge.llm"):
+            for turns in (3, 4, 5):
+                verdict = await t.turn_started(looping_history(turns))
+                assert verdict.judge_calls[0].confidence == 0.2
+    gets = [r for r in server.requests if r.method == "GET"]
+    assert [r.path for r in gets] == ["/props"]  # once, at the first call
+    [warning] = [r.getMessage() for r in caplog.records if "serves a context" in r.getMessage()]
+    assert "context of 4096 tokens" in warning and "~15000" in warning and "-c 16384" in warning
+
+
+async def test_a_server_with_room_gets_no_warning(caplog: pytest.LogCaptureFixture) -> None:
+    with (
+        FaultServer(llama_server_script(16384)) as server,
+        caplog.at_level("WARNING", logger="judge.llm"),
+    ):
+        await one_check(tracker(server.port))
+    assert len(server.requests) == 2
+    assert not [r for r in caplog.records if "serves a context" in r.getMessage()]
+
+
+async def test_servers_that_do_not_say_their_context_are_not_asked() -> None:
+    with FaultServer([completion(answer(0.2))]) as server:
+        await one_check(tracker(server.port))
+    assert [r.method for r in server.requests] == ["POST"]

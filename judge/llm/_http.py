@@ -338,3 +338,25 @@ async def guarded_client(
     if _ssl is None:
         await anyio.to_thread.run_sync(_ssl_context)
     return judge_client(provider, api_base=api_base, api_key=api_key, timeout=timeout)
+
+
+async def server_props(api_base: str, *, api_key: str | None, timeout: float) -> Any:
+    """llama.cpp's server's GET /props (beside /v1) as JSON, or None on any failure.
+
+    The same guards as a judge call: no redirect followed, the reply bounded.
+    """
+    import httpx
+
+    root = api_base.rstrip("/")
+    root = root.removesuffix("/v1")
+    headers = {"authorization": f"Bearer {api_key}"} if api_key else {}
+    if _ssl is None:
+        await anyio.to_thread.run_sync(_ssl_context)
+    try:
+        async with httpx.AsyncClient(**_httpx_options(timeout)) as http:
+            response = await http.get(f"{root}/props", headers=headers)
+            if response.status_code != 200:
+                return None
+            return response.json()
+    except Exception:  # a server without /props, or none at all: nothing learned
+        return None

@@ -36,7 +36,7 @@ from tenacity import (
 )
 from tenacity.stop import stop_base
 
-from judge.config import DEFAULT_MAX_REPLY_TOKENS, env_name
+from judge.config import DEFAULT_MAX_PROMPT_CHARS, DEFAULT_MAX_REPLY_TOKENS, env_name
 from judge.errors import (
     JudgeConnectionError,
     JudgeContextError,
@@ -46,7 +46,7 @@ from judge.errors import (
     JudgeRateLimited,
     JudgeTimeout,
 )
-from judge.llm._http import guarded_client, redirect_refused, reply_too_large
+from judge.llm._http import guarded_client, redirect_refused, reply_too_large, server_props
 from judge.llm.budget import token_count
 
 logger = logging.getLogger("judge.llm")
@@ -426,6 +426,21 @@ CHARS_PER_TOKEN = 4
 SUGGESTED_CONTEXT_TOKENS = 16_384
 
 
+# Seconds for the one GET /props at the first call (a local server answers in milliseconds).
+PROPS_TIMEOUT_S = 5.0
+
+
+def _props_context(props: Any) -> int | None:
+    """n_ctx from llama.cpp's GET /props (in default_generation_settings, or at the top)."""
+    if not isinstance(props, dict):
+        return None
+    for source in (props.get("default_generation_settings"), props):
+        value = source.get("n_ctx") if isinstance(source, dict) else None
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            return value
+    return None
+
+
 def _first_number(patterns: tuple[re.Pattern[str], ...], text: str) -> int | None:
     for pattern in patterns:
         found = pattern.search(text)
@@ -450,7 +465,11 @@ def _error_bodies(exc: BaseException) -> list[str]:
 
 
 def context_error(
-    exc: BaseException, model: str, messages: list[dict[str, str]], max_tokens: int
+    exc: BaseException,
+    model: str,
+    messages: list[dict[str, str]],
+    max_tokens: int,
+    known_limit: int | None = None,
 ) -> JudgeContextError | None:
     """A `JudgeContextError` naming the prompt's size and the server's limit when ``exc``
     says the prompt did not fit the context window; None for any other error.
@@ -474,6 +493,8 @@ def context_error(
     estimate = chars // CHARS_PER_TOKEN
     counted = _first_number(_CONTEXT_PROMPT, raw)
     limit = _first_number(_CONTEXT_LIMIT, raw)
+    if limit is None:
+        limit = known_limit  # what the server's /props said at the first call
     size = f"{chars:,} chars, ~{estimate:,} tokens"
     if counted is not None:
         size += f" ({counted:,} as the server counted)"
@@ -587,6 +608,7 @@ class LiteLLMClient:
             max_retries=config.max_retries,
             max_retry_after_s=config.max_retry_after_s,
             max_reply_tokens=config.max_reply_tokens,
+            max_prompt_chars=config.max_prompt_chars,
             sleep=sleep,
         )
         if key is None and config.api_base is None:
@@ -604,12 +626,18 @@ class LiteLLMClient:
         max_retries: int = 2,
         max_retry_after_s: float = 60.0,
         max_reply_tokens: int = JUDGE_MAX_TOKENS,
+        max_prompt_chars: int = DEFAULT_MAX_PROMPT_CHARS,
         sleep: Sleep | None = None,
     ) -> None:
         self.api_base = api_base
         self._api_key = api_key
         self.timeout_s = timeout_s
         self.max_reply_tokens = max_reply_tokens
+        self.max_prompt_chars = max_prompt_chars
+        # The context size the server reported at the first call (llama.cpp's server only),
+        # and whether that first look was taken.
+        self.server_context_tokens: int | None = None
+        self._context_checked = False
         self.max_retries = max_retries
         self.max_retry_after_s = max_retry_after_s
         self._sleep: Sleep = sleep or anyio.sleep
@@ -736,9 +764,9 @@ class LiteLLMClient:
             with anyio.fail_after(timeout + WATCHDOG_GRACE_S):
                 response = await litellm.acompletion(**kwargs)
         except Exception as exc:  # the boundary: every foreign error is translated here
-            err = context_error(exc, model, messages, self.max_reply_tokens) or map_exception(
-                exc, model
-            )
+            err = context_error(
+                exc, model, messages, self.max_reply_tokens, self.server_context_tokens
+            ) or map_exception(exc, model)
             if isinstance(err, JudgeTimeout):
                 err = JudgeTimeout(self._timeout_text(timeout), model=model)
             if _is_format_rejection(err) and mode + 1 < len(FORMAT_MODES):
@@ -755,7 +783,43 @@ class LiteLLMClient:
             if guarded is not None:
                 with anyio.CancelScope(shield=True):
                     await guarded.aclose()
+        await self._check_server_context(response, model)
         return self._reply(litellm, response, model, attempt, self.max_reply_tokens)
+
+    async def _check_server_context(self, response: Any, model: str) -> None:
+        """At the first reply from llama.cpp's own server (its replies carry ``timings``),
+        ask it for its context size (GET /props) and warn, once, when our largest prompt
+        plus the reply cap would not fit: the first long window would otherwise fail with
+        a context error many turns later. Other servers do not say their context size
+        (llama-cpp-python's), so nothing is asked of them; their context errors still name
+        it (`context_error`)."""
+        if self._context_checked or not self.api_base:
+            return
+        self._context_checked = True
+        if getattr(response, "timings", None) is None:
+            return
+        props = await server_props(self.api_base, api_key=self._api_key, timeout=PROPS_TIMEOUT_S)
+        n_ctx = _props_context(props)
+        if n_ctx is None:
+            return
+        self.server_context_tokens = n_ctx
+        needed = -(-self.max_prompt_chars // CHARS_PER_TOKEN) + self.max_reply_tokens
+        if n_ctx < needed:
+            logger.warning(
+                "judge server %s serves a context of %d tokens, but a judge prompt may take "
+                "~%d (%s=%d chars) plus %d for the reply (%s): checks with a long window "
+                "will fail. Start the server with a larger context (llama.cpp: -c %d) or "
+                "lower %s",
+                self.api_base,
+                n_ctx,
+                needed - self.max_reply_tokens,
+                env_name("max_prompt_chars"),
+                self.max_prompt_chars,
+                self.max_reply_tokens,
+                env_name("max_reply_tokens"),
+                SUGGESTED_CONTEXT_TOKENS,
+                env_name("max_prompt_chars"),
+            )
 
     def _timeout_text(self, timeout: float) -> str:
         """The configured timeout, not litellm's "timeout value=" of the attempt: a user
