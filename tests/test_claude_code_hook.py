@@ -150,7 +150,12 @@ class FakeClaudeCode:
                 tool_name=name,
                 tool_input=tool_input,
                 tool_use_id=call_id,
-                tool_response={"stdout": result, "stderr": "", "interrupted": False},
+                tool_response={
+                    "stdout": result,
+                    "stderr": "",
+                    "interrupted": False,
+                    "isImage": False,
+                },
             )
         self._result(call_id, result, error=error)
         return post
@@ -194,10 +199,33 @@ def test_looping_agent_is_denied_then_stopped(tmp_path: Path) -> None:
     assert all(d["hookSpecificOutput"]["permissionDecision"] == "deny" for d in denials)
     assert "do not call Bash with these arguments again" in reasons[0]
     assert "pytest tests/test_app.py -x" in reasons[0]
+    # Each denial is one rung higher, with that rung's own text, as a turn's would be.
+    assert [f"(detection {n} of this loop" in r for n, r in enumerate(reasons, 1)] == [True] * 4
+    assert "LOOP DETECTED AGAIN" in reasons[1] and "LOOP DETECTED AGAIN" not in reasons[0]
+    # The advice matches the rule: run it again after a change, not never.
+    assert "until you have changed something it depends on" in reasons[0]
+    assert "for the rest of this task" not in " ".join(reasons)
     assert "ask the user" in reasons[2] and "ask the user" not in reasons[1]
     assert "continue" not in denials[2]
     assert denials[3]["continue"] is False
     assert denials[3]["stopReason"].startswith("loop-judge stopped the agent: Bash(")
+
+
+@pytest.mark.slow
+def test_denials_quote_a_command_result_as_text(tmp_path: Path) -> None:
+    """Bash's tool_response is a mapping (stdout, stderr, interrupted, isImage): what the
+    "already tried" line quotes is the output the model read, not that mapping."""
+    cc = FakeClaudeCode(tmp_path, run_hook)
+    cc.prompt("Fix the failing test in app.py")
+    command = {"command": "pytest -q tests/test_app.py", "description": "Run the tests"}
+    output = "F. [100%]\nFAILED tests/test_app.py::test_total - assert 41 == 42\n1 failed"
+    answers = [cc.tool("Bash", command, output) for _ in range(6)]
+    denied = [a for a in answers if a.get("hookSpecificOutput", {}).get("permissionDecision")]
+    assert denied, answers
+    reason = denied[0]["hookSpecificOutput"]["permissionDecisionReason"]
+    tried = reason.split("Already tried, without progress:")[1]
+    assert "-> F. [100%] FAILED tests/test_app.py::test_total" in tried
+    assert "isImage" not in reason and "interrupted" not in reason and '"stdout"' not in reason
 
 
 @pytest.mark.slow

@@ -328,11 +328,35 @@ def _digest(text: str) -> str:
     return blake2b(text.encode("utf-8", "replace"), digest_size=12).hexdigest()
 
 
+# Keys of a command's exit status in a tool response, as shells and agents name it.
+_EXIT_KEYS = ("exit_code", "exitCode", "returncode", "return_code")
+
+
+def _command_text(response: Mapping[str, Any]) -> str:
+    """A command's response (Bash answers ``{"stdout", "stderr", "interrupted", ...}``)
+    as the text the model read: its exit status when given, then stdout and stderr. The
+    raw mapping would put ``{"interrupted": false, "isImage": false, ...`` into every
+    "already tried" line of a recovery message, and hide an error's first line."""
+    lines = []
+    code = next((response[k] for k in _EXIT_KEYS if isinstance(response.get(k), int)), None)
+    if code is not None:
+        lines.append(f"exit code {code}")
+    if response.get("interrupted") is True:
+        lines.append("(interrupted)")
+    for key in ("stderr", "stdout") if code else ("stdout", "stderr"):
+        text = response.get(key)
+        if isinstance(text, str) and text.strip():
+            lines.append(text.strip("\n"))
+    return "\n".join(lines)
+
+
 def _response_text(response: Any) -> str:
-    """A tool's response as text the detectors compare: strings as they are, anything else
-    as canonical JSON (Bash answers ``{"stdout": ..., "stderr": ...}``)."""
+    """A tool's response as text the detectors compare: strings as they are, a command's
+    output as its text (`_command_text`), anything else as canonical JSON."""
     if isinstance(response, str):
         return _clip(response)
+    if isinstance(response, Mapping) and isinstance(response.get("stdout"), str):
+        return _clip(_command_text(response))
     try:
         return _clip(json.dumps(response, sort_keys=True, ensure_ascii=False, default=str))
     except (TypeError, ValueError, RecursionError):
