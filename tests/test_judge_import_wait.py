@@ -73,6 +73,7 @@ async def all_turn(trackers: list[LoopTracker], turns: int) -> list[Verdict]:
     return [v for v in verdicts if v is not None]
 
 
+@pytest.mark.slow  # a hundred trackers, each waiting its bound once: ~10 s
 async def test_checks_not_run_while_litellm_imports_run_at_the_next_turn(
     held_import: HeldImport,
 ) -> None:

@@ -82,6 +82,7 @@ def test_a_skip_reason_from_an_earlier_run_is_cleared(sandbox: Path) -> None:
     assert not (sandbox / ".venv" / "real-model-tier-skipped.txt").exists()
 
 
+@pytest.mark.slow  # a pytest process of its own
 @pytest.mark.skipif(missing_reason() is None, reason="the real-model tier can run here")
 def test_the_skipped_tier_says_so_in_pytest_output() -> None:
     done = subprocess.run(
