@@ -19,6 +19,11 @@ API: ``--baseline-modes full``).
 ``--huge`` adds the stall test: one session posts a 1,000-message history (~6 MB) while
 ``/healthz`` is polled every 10 ms; it reports the slowest health answer.
 
+It also prints what one session holds in the in-memory store, in this process (this
+tree): the bytes the store counts against its cap (``LOOP_JUDGE_MAX_STORE_BYTES``) and
+the Python memory the session's objects take (tracemalloc), for the benchmark's sessions
+after ``--turns`` turns and for one whose last tool result is 7.9 MB.
+
 The client is a small keep-alive HTTP/1.1 pool on asyncio streams (~30 us per request),
 so the figures are the server's, not an HTTP library's (``--client httpx`` drives the
 servers with httpx instead, the client of the first release's ``evals/bench_server.py``,
@@ -503,6 +508,74 @@ def in_process_turn_us(turns: int) -> float:
     return statistics.median(anyio.run(replay)) / 1_000
 
 
+# The session whose last message is a huge tool result: just under the 8 MiB body cap.
+HUGE_RESULT_CHARS = 7_900_000
+
+
+@dataclass
+class SessionBytes:
+    label: str
+    sessions: int
+    counted: int  # bytes the store counts per session (median)
+    counted_max: int
+    python: int  # bytes of Python memory per session (tracemalloc, all sessions / count)
+
+
+def in_process_session_bytes(turns: int) -> list[SessionBytes]:
+    """What a session holds in this tree's in-memory store after ``turns`` turns: the
+    bytes it counts against its cap, and the Python memory its objects take."""
+    import gc
+    import tracemalloc
+
+    import anyio
+
+    from judge import TrackerConfig
+    from judge.service.state import held_bytes
+    from judge.service.store import MemoryStore
+    from judge.service.turns import run_turn
+
+    config = TrackerConfig(fast_model=None, confirm_model=None, semantic="off")
+
+    async def fill(label: str, histories: list[list[dict[str, Any]]]) -> SessionBytes:
+        store = MemoryStore(config, max_bytes=None, max_sessions=len(histories) + 1)
+        gc.collect()
+        tracemalloc.start()
+        before = tracemalloc.get_traced_memory()[0]
+        for n, full in enumerate(histories):
+            for t in range(1, turns + 1):
+                # Parsed per request, as the server does: what a session keeps of a
+                # request (its last entry) is then its own, not shared with the input.
+                sent = json.loads(json.dumps(full[: 2 + 2 * t]))
+                async with store.open(f"s{n}") as session:
+                    await run_turn(session, sent, False)
+        gc.collect()
+        python = tracemalloc.get_traced_memory()[0] - before
+        tracemalloc.stop()
+        counted = []
+        for n in range(len(histories)):
+            async with store.open(f"s{n}") as session:
+                counted.append(held_bytes(session)[0])
+        return SessionBytes(
+            label,
+            len(histories),
+            int(statistics.median(counted)),
+            max(counted),
+            python // len(histories),
+        )
+
+    async def both() -> list[SessionBytes]:
+        usual = [history(turns, n) for n in range(IN_PROCESS_SESSIONS // 4)]
+        huge = history(turns, 0)
+        last = 2 + 2 * turns - 1
+        huge[last] = {**huge[last], "content": "x" * HUGE_RESULT_CHARS}
+        return [
+            await fill(f"{turns} turns", usual),
+            await fill(f"{turns} turns, last result 7.9 MB", [huge]),
+        ]
+
+    return anyio.run(both)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--sessions", default=DEFAULT_SESSIONS, help="comma list")
@@ -641,6 +714,12 @@ def main(argv: list[str] | None = None) -> int:
                 f"stall ({s.server}): huge turn HTTP {s.huge_status} in {s.huge_seconds} s; "
                 f"/healthz polled {s.health_polls}x, slowest {s.health_max_ms} ms, "
                 f"p99 {s.health_p99_ms} ms"
+            )
+        for b in in_process_session_bytes(args.turns):
+            print(
+                f"per session in memory ({b.label}, {b.sessions} sessions, this tree): "
+                f"{b.counted:,} bytes counted against LOOP_JUDGE_MAX_STORE_BYTES (max "
+                f"{b.counted_max:,}), {b.python:,} bytes of Python memory"
             )
     for note in notes:
         print(note)

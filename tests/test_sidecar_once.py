@@ -377,3 +377,24 @@ async def test_the_byte_cap_comes_from_the_settings(monkeypatch: pytest.MonkeyPa
         store.bytes_held = 12345
         async with store.open("x"):
             pass
+
+
+async def test_the_count_between_exact_counts_stays_near_the_bytes_held() -> None:
+    """A turn counts its state exactly only now and then (writing it costs about a turn);
+    in between the estimate from the text read keeps the store's figure near the truth."""
+    from judge.service.state import held_bytes
+
+    store = MemoryStore(CONFIG)
+    app = create_app(ServerSettings(server_token=TOKEN), store)
+    history = failing_repeat_history(1)
+    async with client_for(app) as c:
+        for i in range(30):
+            history = history + [
+                {"role": "assistant", "content": f"Reading part {i} of the log."},
+                {"role": "user", "content": f"Part {i}: " + "all fine here. " * 40},
+            ]
+            r = await c.post(TURNS.format("g"), json={"messages": history})
+            assert r.status_code == 200
+    async with store.open("default/g") as session:
+        exact = held_bytes(session)[0]
+    assert exact / 2 <= store.bytes_held <= 2 * exact, (store.bytes_held, exact)

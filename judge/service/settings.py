@@ -33,8 +33,10 @@ DEFAULT_SESSION_TTL_S = 3600.0
 DEFAULT_MAX_SESSIONS = 10_000
 # In-memory byte cap: the sessions' state as a save would write it (JSON), plus the
 # history's last entry kept for the append API, which is as large as the agent made it (a
-# 7.9 MB tool result pins 7.9 MB). At the median 26 kB per session this holds ~40,000
-# sessions; a replica's resident memory runs about 3x the figure (live objects, not text).
+# 7.9 MB tool result pins 7.9 MB). evals/bench_sidecar.py prints both figures per session:
+# a 30-turn session counts 30 kB and takes 87 kB of Python memory, one whose last result is
+# 7.9 MB counts 8.0 MB and takes 8.1 MB; so with DEFAULT_MAX_SESSIONS the sessions of a
+# replica stay near 1 GB in the usual case, and about this plus that when they are huge.
 DEFAULT_MAX_STORE_BYTES = 1024 * 1024 * 1024
 # Redis lock lease: renewed every third of it while a turn runs, so it only matters when a
 # replica dies holding it: the session is usable again at most this long after the crash.

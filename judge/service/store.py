@@ -67,6 +67,7 @@ from judge.service.state import (
     pack_session,
     session_json,
 )
+from judge.state import MAX_STATE_BYTES
 from judge.tracker import LoopTracker
 
 if TYPE_CHECKING:
@@ -95,10 +96,15 @@ REDIS_POOL_WAIT_S = 20.0
 # it refuses writes (a 503 the client retries) instead of evicting keys, and every other
 # policy may evict ours (all of them have a TTL, so volatile-* policies take them too).
 SAFE_EVICTION_POLICY = "noeviction"
-# A served session's tracker state is re-counted for the in-memory byte cap every this many
-# turns (~0.2 ms for a 30-turn session, so ~12 us a turn); what a turn adds in between is
-# small beside the cap (a turn's new messages, bounded per message as the state holds them).
-REMEASURE_TURNS = 16
+# A served session's tracker state is counted exactly for the in-memory byte cap every this
+# many turns: writing a 30-turn session's state costs ~2.6 ms, four times a turn, so at every
+# turn it would make the memory store's turns ~40% dearer; every 64 it is ~40 us a turn.
+REMEASURE_TURNS = 64
+# Between exact counts, a state is taken to grow by this many bytes per byte of JSON of the
+# messages a turn read: the benchmark's 30-turn sessions of short tool calls
+# (evals/bench_sidecar.py) hold a 30 kB state for 11.7 kB of messages (2.6), a session of
+# long prose messages ~1.2 of them; the next exact count corrects either.
+STATE_BYTES_PER_NEW_BYTE = 2
 # Bytes of randomness in a lock token: only the holder knows it, so only the holder can
 # renew, save under or release the lock.
 TOKEN_BYTES = 16
@@ -233,22 +239,30 @@ class Session(SessionData):
     state_bytes: int | None = None
     # What it holds, as `measure` last counted it (the in-memory store's byte cap).
     held: int = 0
-    # The tracker state's part of ``held`` and the turns since it was counted.
+    # The tracker state's part of ``held`` when last counted exactly, what it is thought
+    # to have grown by since, and the turns since.
     _state_part: int | None = None
+    _state_growth: int = 0
     _unmeasured_turns: int = 0
 
     def discard(self) -> None:
         self.discarded = True
 
-    def measure(self) -> int:
-        """Count the bytes this session holds into ``held``: its tracker's state as a save
-        would write it, re-counted every `REMEASURE_TURNS` turns (its windows change by
-        about a turn's text meanwhile), and its kept history entry and reply, counted at
-        every turn since either can be as large as a request."""
+    def measure(self, new_bytes: int = 0) -> int:
+        """Count the bytes this session holds into ``held``: its kept history entry and
+        reply at every turn (either can be as large as a request), and its tracker's
+        state as a save would write it, counted exactly at the first turn and every
+        `REMEASURE_TURNS` turns after (writing it costs about as much as a turn), and in
+        between estimated from the JSON bytes of the messages each turn read
+        (``new_bytes``, times `STATE_BYTES_PER_NEW_BYTE`), never past the state's cap."""
+        if self._state_part is None or self._unmeasured_turns + 1 >= REMEASURE_TURNS:
+            self.held, self._state_part = held_bytes(self)
+            self._state_growth = self._unmeasured_turns = 0
+            return self.held
         self._unmeasured_turns += 1
-        if self._state_part is None or self._unmeasured_turns >= REMEASURE_TURNS:
-            self._state_part, self._unmeasured_turns = None, 0
-        self.held, self._state_part = held_bytes(self, self._state_part)
+        self._state_growth += STATE_BYTES_PER_NEW_BYTE * new_bytes
+        cap = self.tracker.config.max_state_bytes or MAX_STATE_BYTES
+        self.held = held_bytes(self, min(self._state_part + self._state_growth, cap))[0]
         return self.held
 
     def pack(self) -> bytes:

@@ -11,6 +11,7 @@ nothing before it is kept or needed.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, overload
@@ -105,6 +106,7 @@ async def run_turn(
     them in the session (`Replay`), so a retry of this request gets it again."""
     verdict = await session.tracker.turn_started(history)
     body = verdict.model_dump_json().encode("utf-8")
+    previous = session.length
     session.length = len(history)
     session.tail = stored_tail(session.tracker, history[-1]) if len(history) else None
     session.replay = Replay(request[0], request[1], body) if request is not None else None
@@ -112,8 +114,18 @@ async def run_turn(
     if serialize:
         session.pack()
     elif measure:
-        session.measure()
+        session.measure(_new_bytes(history, previous))
     return TurnOutcome(verdict, body)
+
+
+def _new_bytes(history: Sequence[Any], previous: int) -> int:
+    """JSON bytes of the messages after the first ``previous`` (all of them after a
+    rewrite made the history shorter): what the turn read, for `Session.measure`."""
+    new = history[previous:] if previous <= len(history) else history[:]
+    try:
+        return len(json.dumps(list(new), separators=(",", ":")))
+    except (TypeError, ValueError, RecursionError):
+        return sum(len(repr(m)) for m in new)
 
 
 async def run_call(session: SessionData, name: str, arguments: Any) -> TurnOutcome:
