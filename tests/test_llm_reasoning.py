@@ -15,7 +15,9 @@ from typing import Any
 import pytest
 
 from judge import LoopTracker, TrackerConfig, Verdict
+from judge.errors import JudgeOutputError
 from judge.llm._litellm import _import_litellm
+from judge.llm.assessment import parse_assessment
 from tests.fakes import looping_history
 from tests.fault_server import FaultServer, Reply, completion
 
@@ -125,3 +127,21 @@ async def test_thinking_with_nothing_after_it_is_an_error(transport: str) -> Non
     verdict, _ = await judged(completion(f"Draft: {DRAFT}\n</think>\n", finish="length"))
     error = verdict.judge_calls[0].error or ""
     assert "no answer after the model's thinking" in error and verdict.confidence is None
+
+
+def test_a_closing_tag_quoted_in_a_plain_answer_is_not_thinking() -> None:
+    quoted = json.dumps(
+        {
+            "unproductive_state_analysis": "The agent keeps printing </think> into its output.",
+            "unproductive_state_confidence": 0.4,
+        }
+    )
+    assert parse_assessment(quoted).confidence == 0.4
+
+
+@pytest.mark.parametrize("tag", ["think", "THINK", "thinking", "reasoning"])
+def test_each_thinking_tag_is_skipped(tag: str) -> None:
+    text = f"  <{tag}>draft {DRAFT} and code {{x: 1}}</{tag}>\n{FINAL}"
+    assert parse_assessment(text).confidence == 0.95
+    with pytest.raises(JudgeOutputError, match="cut off inside the model's thinking"):
+        parse_assessment(f"<{tag}>draft {DRAFT}", finish_reason="length", max_tokens=600)

@@ -124,6 +124,13 @@ def _cap(max_tokens: int | None) -> str:
     return f"{said}; raise {REPLY_CAP_VARIABLE} for a model that thinks first"
 
 
+def _is_object(text: str) -> bool:
+    try:
+        return isinstance(_loads(text.strip()), dict)
+    except ValueError:
+        return False
+
+
 def final_answer(
     text: str, *, finish_reason: str | None = None, max_tokens: int | None = None
 ) -> str:
@@ -138,6 +145,8 @@ def final_answer(
         close = re.compile(rf"</{opened.group(1)}\s*>", re.IGNORECASE).search(text, opened.end())
     else:
         close = _THINK_CLOSE.search(text)
+        if close is not None and _is_object(text):
+            return text  # the tag is quoted inside a bare JSON answer, not thinking's end
     if close is not None:
         return text[close.end() :]
     if opened is None:
