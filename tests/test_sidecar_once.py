@@ -398,3 +398,38 @@ async def test_the_count_between_exact_counts_stays_near_the_bytes_held() -> Non
     async with store.open("default/g") as session:
         exact = held_bytes(session)[0]
     assert exact / 2 <= store.bytes_held <= 2 * exact, (store.bytes_held, exact)
+
+
+# -- restored == never saved, over HTTP ---------------------------------------------------
+
+
+async def test_two_replicas_taking_turns_answer_as_one_after_a_dropped_head(
+    redis_url: str,
+) -> None:
+    """The agent's context window drops its oldest steps; calls reuse the id "call_0".
+    Two replicas taking turns restore the session at every turn and must answer what one
+    replica, which keeps the live tracker, answers."""
+    from tests.test_state_restore import HEAD, step
+
+    fail, other = step(0, 0, "call_0"), step(1, 0, "call_0")
+    histories = [
+        [*HEAD, *fail],
+        [*HEAD, *fail, *fail, *other],
+        [*HEAD, *other, *fail],  # the two oldest steps dropped
+        [*HEAD, *other, *fail, *other],
+    ]
+    prefix_one, prefix_two = unique_prefix(), unique_prefix()
+    one = create_app(ServerSettings(server_token=TOKEN), replica(redis_url, prefix_one))
+    two = [
+        create_app(ServerSettings(server_token=TOKEN), replica(redis_url, prefix_two))
+        for _ in range(2)
+    ]
+    try:
+        async with client_for(one) as c, client_for(two[0]) as a, client_for(two[1]) as b:
+            for i, h in enumerate(histories):
+                alone = await c.post(TURNS.format("w"), json={"messages": h})
+                shared = await (a, b)[i % 2].post(TURNS.format("w"), json={"messages": h})
+                assert shared.json() == alone.json(), f"turn {i + 1}"
+    finally:
+        for app in (one, *two):
+            await app.state.store.aclose()
