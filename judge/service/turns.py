@@ -75,9 +75,13 @@ def appended_history(session: SessionData, start: int, new: list[Any]) -> Append
     """The history an append request stands for; `AppendConflict` unless ``start`` is
     exactly where the stored session ends."""
     if start != session.length or (start > 0 and session.tail is None):
+        # Nothing stored while the client is past message 0: a new session, or one whose
+        # state was lost (the whole history then tells which, and the turn says so).
+        lost = " (nothing is stored for it: new, or its state expired or was lost)"
         raise AppendConflict(
             f"cannot append at message {start}: this session's stored history has "
-            f"{session.length} messages; send the whole history (omit 'start')",
+            f"{session.length} messages{lost if session.length == 0 else ''}; send the "
+            "whole history (omit 'start')",
             expected_start=session.length,
             given_start=start,
         )
