@@ -10,15 +10,20 @@ Two shapes of one loop (issue 15, section 2) that identical-call counting misses
   around to windows it showed before.
 
 A read is a step of a read-only tool (`ToolClass.EXPLORE`, an editor's ``view`` command, or
-a read-only shell command) that returned data. A new file change starts everything over:
-reading a file again after editing it is how an agent checks its work. A person's message
-ends a run in a row: "read it again" from the user is not the agent looping.
+a read-only shell command) that returned data. Its target is the path, URL or query it
+names; a read-only tool that names none of them (``get_weather(city="Paris")``) is read by
+its other arguments, so the rule is the same whatever the tool is called. Only a status
+poll (a tool named for a status, job or wait) keeps the explore class's longer limit.
+A new file change starts everything over: reading a file again after editing it is how an
+agent checks its work. A person's message ends a run in a row: "read it again" from the
+user is not the agent looping. A tool whose ``tool_limits`` is 0 is never counted.
 """
 
 from __future__ import annotations
 
 import re
 from collections import deque
+from collections.abc import Callable
 from typing import Any
 
 from judge.detectors.base import LOOP_SCORE, SUSPICION_CAP, Event, Finding, near_miss, short
@@ -67,6 +72,32 @@ _READ_ONLY_COMMAND = re.compile(
     r"sed\s{1,8}-n|awk|git\s{1,8}(?:show|log|diff|status|grep|blame))\b"
 )
 _URL = re.compile(r"[a-z][a-z0-9+.-]{0,16}://", re.IGNORECASE)
+# Name parts of tools that wait on something to change: the same answer again is the
+# wait going on (a build still running), which the explore class limit (10) bounds.
+_POLL_PARTS = frozenset(
+    {
+        "status",
+        "state",
+        "poll",
+        "wait",
+        "progress",
+        "health",
+        "job",
+        "jobs",
+        "task",
+        "tasks",
+        "ping",
+        "await",
+        "watch",
+        "tail",
+        "logs",
+        "log",
+        "queue",
+        "result",
+        "results",
+    }
+)
+_NAME_SPLIT = re.compile(r"[_\-.:/\s]+|(?<=[a-z])(?=[A-Z])")
 _EXTENSION = re.compile(r"\.[A-Za-z][A-Za-z0-9]{0,7}$")
 _NON_WORD = re.compile(r"[^0-9a-z]+")
 _SHELL_WORD = re.compile(r"[^\s'\"]{1,300}")
@@ -120,6 +151,10 @@ def _command_target(command: str) -> str | None:
     return "sh:" + ",".join(names) if names else None
 
 
+def _polls(name: str) -> bool:
+    return any(part.lower() in _POLL_PARTS for part in _NAME_SPLIT.split(name) if part)
+
+
 def read_target(step: Step) -> str | None:
     """What a read-only step reads, normalized (None: not a read of a named target)."""
     leaves: list[tuple[str, str]] = []
@@ -137,6 +172,9 @@ def read_target(step: Step) -> str | None:
             targets.append("path:" + _path(value))
         elif key in _QUERY_KEYS:
             targets.append("q:" + _query(value))
+    if not targets and leaves and not _polls(step.call.name):
+        # No path, URL or query: the arguments themselves name what is read.
+        targets = [f"arg:{key}={_query(value)}" for key, value in leaves]
     return "|".join(sorted(set(targets))) if targets else None
 
 
@@ -149,7 +187,10 @@ class RevisitDetector:
     # Attributes that make up the detector's state (serialized by LoopTracker.state).
     STATE = ("_run", "_window", "_latest", "_current")
 
-    def __init__(self) -> None:
+    def __init__(self, unlimited: Callable[[str], bool] | None = None) -> None:
+        # Tools whose successful repeats are never a loop (``tool_limits`` of 0): their
+        # re-reads in a row are not counted either.
+        self._unlimited = unlimited
         self.reset()
 
     def reset(self) -> None:
@@ -184,6 +225,8 @@ class RevisitDetector:
         return self._current
 
     def _track_run(self, step: Step, target: str | None) -> Finding | None:
+        if target is not None and self._unlimited is not None and self._unlimited(step.call.name):
+            target = None
         if target is None:
             self._run = None
             return None

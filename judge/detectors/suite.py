@@ -23,7 +23,7 @@ from judge.detectors.semantic_repeat import SemanticRepeatDetector
 from judge.detectors.similar_retry import SimilarRetryDetector
 from judge.detectors.steps import StepBuilder
 from judge.detectors.text_repetition import TextRepetitionDetector
-from judge.detectors.tool_classes import ToolClass, repeat_limit
+from judge.detectors.tool_classes import UNLIMITED, ToolClass, repeat_limit
 from judge.errors import EmbeddingsUnavailable, StateError
 from judge.history import Message, ToolCall
 
@@ -92,7 +92,7 @@ def default_detectors(config: TrackerConfig) -> list[Detector]:
         RepeatedFeedbackDetector(),
         NoEffectDetector(),
         ReapplyDetector(),
-        RevisitDetector(),
+        RevisitDetector(unlimited=lambda name: limit_for(name) >= UNLIMITED),
         *_semantic_detectors(config),
     ]
 

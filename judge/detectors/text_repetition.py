@@ -37,6 +37,11 @@ MIN_SENTENCE_CHARS = 12
 # confirm a handful of items ("OK. OK. OK. OK."); eight in a row is twice the longest
 # such run we could think of, still caught within a line or two of degenerate output.
 SHORT_SENTENCE_RUN = 8
+# The same holds for a group of short sentences repeating as a whole ("Thinking... Done.
+# Thinking... Done. ..."): each is too short to count and no single one runs in a row,
+# yet the group does. Groups of up to this many sentences are looked for; a group that
+# repeats SHORT_SENTENCE_RUN times back to back is degenerate.
+MAX_CYCLE_SENTENCES = 4
 # A short message (under MIN_CHARS) said this many times in a row (no other assistant
 # message, no tool call and no new tool result between) is a loop. The long-message rule
 # flags the 3rd near-identical message (balanced preset); short replies are identical far
@@ -128,9 +133,17 @@ def degenerate(text: str, body: str | None = None) -> tuple[str, int] | None:
     sentences = normalized_sentences(body)
     total = sum(len(s) for s in sentences)
     run_unit, run = "", 0  # the sentence repeating back to back right now, and how often
-    for norm in sentences:
+    # per group size p: how many sentences in a row have equalled the one p before
+    cycles = [0] * (MAX_CYCLE_SENTENCES + 1)
+    for i, norm in enumerate(sentences):
         run = run + 1 if norm == run_unit else 1
         run_unit = norm
+        for p in range(2, min(i, MAX_CYCLE_SENTENCES) + 1):
+            cycles[p] = cycles[p] + 1 if sentences[i - p] == norm else 0
+            if (cycles[p] + p) // p >= SHORT_SENTENCE_RUN:
+                group = sentences[i - p + 1 : i + 1]
+                if len(set(group)) > 1 and _WORDY.search(norm):
+                    return _canonical_group(group), (cycles[p] + p) // p
         if len(norm) < MIN_SENTENCE_CHARS:
             if run >= SHORT_SENTENCE_RUN and _WORDY.search(norm):
                 return norm, run
@@ -143,6 +156,13 @@ def degenerate(text: str, body: str | None = None) -> tuple[str, int] | None:
         ):
             return norm, counts[norm]
     return None
+
+
+def _canonical_group(group: list[str]) -> str:
+    """A repeating group as one unit, whichever sentence it was caught at: its smallest
+    rotation, so a stream read at another moment names the same pattern."""
+    rotations = (group[k:] + group[:k] for k in range(len(group)))
+    return " ".join(min(rotations))
 
 
 def normalized_sentences(body: str) -> list[str]:
