@@ -72,31 +72,18 @@ _READ_ONLY_COMMAND = re.compile(
     r"sed\s{1,8}-n|awk|git\s{1,8}(?:show|log|diff|status|grep|blame))\b"
 )
 _URL = re.compile(r"[a-z][a-z0-9+.-]{0,16}://", re.IGNORECASE)
-# Name parts of tools that wait on something to change: the same answer again is the
-# wait going on (a build still running), which the explore class limit (10) bounds.
+# Name parts of tools that watch something run over time (a status, a job, a build or a
+# deployment): the same answer again is the wait going on, which the explore class limit
+# (10 in a row) bounds. A read of anything else answers the same until something changes.
 _POLL_PARTS = frozenset(
     {
-        "status",
-        "state",
-        "poll",
-        "wait",
-        "progress",
-        "health",
-        "job",
-        "jobs",
-        "task",
-        "tasks",
-        "ping",
-        "await",
-        "watch",
-        "tail",
-        "logs",
-        "log",
-        "queue",
-        "result",
+        "status", "state", "poll", "wait", "await", "watch", "progress", "health", "ping",
+        "job", "jobs", "task", "tasks", "queue", "build", "builds", "ci", "pipeline",
+        "workflow", "run", "runs", "deploy", "deployment", "deployments", "rollout",
+        "operation", "export", "import", "migration", "log", "logs", "tail", "result",
         "results",
     }
-)
+)  # fmt: skip
 _NAME_SPLIT = re.compile(r"[_\-.:/\s]+|(?<=[a-z])(?=[A-Z])")
 _EXTENSION = re.compile(r"\.[A-Za-z][A-Za-z0-9]{0,7}$")
 _NON_WORD = re.compile(r"[^0-9a-z]+")
