@@ -56,7 +56,7 @@ def held_import(monkeypatch: pytest.MonkeyPatch) -> Any:
     held = HeldImport(litellm_client._import_litellm())
     monkeypatch.setattr(litellm_client, "_litellm", None)
     monkeypatch.setattr(litellm_client, "_import_litellm", held)
-    monkeypatch.setattr(litellm_client, "_import_thread", None)
+    monkeypatch.setattr(litellm_client, "_import_thread", None, raising=False)
     yield held
     held.release.set()
 
