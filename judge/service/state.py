@@ -96,6 +96,28 @@ def _empty_state(config: TrackerConfig) -> TrackerState:
     return state
 
 
+def empty_state_bytes(config: TrackerConfig) -> int:
+    """Bytes of a new session's state as a save writes it (computed once per config)."""
+    with _EMPTY_STATES_LOCK:
+        kept = _EMPTY_STATE_BYTES.get(id(config))
+    if kept is not None and kept[0] is config:
+        return kept[1]
+    size = len(_state_json(new_tracker(config).state))
+    with _EMPTY_STATES_LOCK:
+        if len(_EMPTY_STATE_BYTES) >= MAX_EMPTY_STATES:
+            _EMPTY_STATE_BYTES.clear()
+        _EMPTY_STATE_BYTES[id(config)] = (config, size)
+    return size
+
+
+_EMPTY_STATE_BYTES: dict[int, tuple[TrackerConfig, int]] = {}
+
+
+def _state_json(state: TrackerState) -> bytes:
+    """A state's JSON as the first writer that serves it writes it (no memo kept)."""
+    return state.plain_json() or state.fast_json() or state.model_dump_json().encode("utf-8")
+
+
 def dump_tracker(tracker: LoopTracker) -> bytes:
     """Serialize everything the tracker remembers about its conversation (plain JSON).
 
@@ -225,9 +247,7 @@ def held_bytes(session: SessionData, state_part: int | None = None) -> tuple[int
     writes it (``state_part`` when already counted) plus its kept history entry and reply
     as JSON, the form `session_json` stores them in."""
     if state_part is None:
-        state = session.tracker.state
-        data = state.plain_json() or state.fast_json() or state.model_dump_json().encode()
-        state_part = len(data)
+        state_part = len(_state_json(session.tracker.state))
     try:
         tail = len(json.dumps(session.tail, separators=(",", ":")))
     except (TypeError, ValueError, RecursionError):

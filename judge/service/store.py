@@ -60,6 +60,7 @@ from judge.service.settings import (
 from judge.service.state import (
     SessionData,
     StateFormatError,
+    empty_state_bytes,
     held_bytes,
     load_session,
     load_tracker,
@@ -99,6 +100,7 @@ SAFE_EVICTION_POLICY = "noeviction"
 # A served session's tracker state is counted exactly for the in-memory byte cap every this
 # many turns: writing a 30-turn session's state costs ~2.6 ms, four times a turn, so at every
 # turn it would make the memory store's turns ~40% dearer; every 64 it is ~40 us a turn.
+# (A count at each session's first turn alone added ~15% to a 30-turn session's turns.)
 REMEASURE_TURNS = 64
 # Between exact counts, a state is taken to grow by this many bytes per byte of JSON of the
 # messages a turn read: the benchmark's 30-turn sessions of short tool calls
@@ -244,26 +246,38 @@ class Session(SessionData):
     _state_part: int | None = None
     _state_growth: int = 0
     _unmeasured_turns: int = 0
+    _tail_part: int = 0
 
     def discard(self) -> None:
         self.discarded = True
 
-    def measure(self, new_bytes: int = 0) -> int:
-        """Count the bytes this session holds into ``held``: its kept history entry and
-        reply at every turn (either can be as large as a request), and its tracker's
-        state as a save would write it, counted exactly at the first turn and every
-        `REMEASURE_TURNS` turns after (writing it costs about as much as a turn), and in
-        between estimated from the JSON bytes of the messages each turn read
-        (``new_bytes``, times `STATE_BYTES_PER_NEW_BYTE`), never past the state's cap."""
-        if self._state_part is None or self._unmeasured_turns + 1 >= REMEASURE_TURNS:
+    def measure(self, new_bytes: int = 0, tail_bytes: int | None = None) -> int:
+        """Count the bytes this session holds into ``held``: its kept history entry
+        (``tail_bytes``, its JSON's size, counted by the turn that read it; None: the
+        entry is the one counted before) and reply at every turn, since either can be as
+        large as a request, and its tracker's state as a save would write it. Writing the
+        state costs about as much as a turn, so it is counted exactly only every
+        `REMEASURE_TURNS` turns; until the first count, and between counts, it is
+        estimated: an empty state's bytes, plus `STATE_BYTES_PER_NEW_BYTE` per JSON byte
+        of the messages each turn read (``new_bytes``), never past the state's cap."""
+        if self._state_part is None:
+            self._state_part = empty_state_bytes(self.tracker.config)
+        if self._unmeasured_turns + 1 >= REMEASURE_TURNS:
             self.held, self._state_part = held_bytes(self)
             self._state_growth = self._unmeasured_turns = 0
+            self._tail_part = self.held - self._state_part - self._replay_part()
             return self.held
         self._unmeasured_turns += 1
         self._state_growth += STATE_BYTES_PER_NEW_BYTE * new_bytes
+        if tail_bytes is not None:
+            self._tail_part = tail_bytes
         cap = self.tracker.config.max_state_bytes or MAX_STATE_BYTES
-        self.held = held_bytes(self, min(self._state_part + self._state_growth, cap))[0]
+        state = min(self._state_part + self._state_growth, cap)
+        self.held = state + self._tail_part + self._replay_part()
         return self.held
+
+    def _replay_part(self) -> int:
+        return len(self.replay.body) if self.replay is not None else 0
 
     def pack(self) -> bytes:
         """Serialize the session as it stands into ``blob`` (the bytes a store keeps),
