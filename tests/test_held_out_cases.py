@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from judge import LoopTracker, TrackerConfig
+from judge.detectors import text_repetition
 from judge.verdict import LoopKind
 
 pytestmark = pytest.mark.anyio
@@ -96,7 +97,7 @@ async def test_a_stream_chanting_a_group_of_short_sentences_is_flagged(first: st
     await tracker.turn_started([{"role": "user", "content": "summarize the log"}])
     chunks = [first] + ["Thinking... Done. "] * 500
     flagged = next((n for n, c in enumerate(chunks) if tracker.content_chunk(c)), None)
-    assert flagged is not None and flagged < 20
+    assert flagged is not None and flagged <= text_repetition.CYCLE_REPEATS + 6
     # The same pattern whichever sentence the stream started with.
     tracker2 = LoopTracker(CONFIG)
     await tracker2.turn_started([{"role": "user", "content": "summarize the log"}])
@@ -105,6 +106,7 @@ async def test_a_stream_chanting_a_group_of_short_sentences_is_flagged(first: st
     await again.turn_started([{"role": "user", "content": "summarize the log"}])
     other = next(v for c in ["Done. Thinking... "] * 50 if (v := again.content_chunk(c)))
     assert verdict.pattern == other.pattern
+    assert (verdict.summary or "").endswith(f"x{text_repetition.CYCLE_REPEATS}")
 
 
 async def test_short_sentences_that_vary_are_not_a_chant() -> None:

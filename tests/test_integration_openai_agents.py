@@ -17,8 +17,7 @@ from agents.run_config import CallModelData, ModelInputData
 from openai import AsyncOpenAI
 
 from judge import Action, LoopDetected, LoopTracker, TrackerConfig
-from judge.detectors.exact_repeat import ExactRepeatDetector
-from judge.detectors.suite import default_detectors
+from judge.detectors.revisit import READ_RUN_LIMIT
 from judge.integrations.openai_agents import LoopJudge, items_to_messages
 from tests.fault_server import FaultServer, Reply, Request, completion
 
@@ -31,12 +30,6 @@ MAX_TURNS = 40
 # The fence every recovery message opens with (prompts/recovery_*.md).
 RECOVERY_FENCE = "```loop-judge"
 FINAL_ANSWER = "Order 7 has shipped; there is no tracking number yet."
-
-
-def repeat_limit_of(tool: str) -> int:
-    """How many identical successful calls in a row ``tool`` may make under CONFIG."""
-    exact = next(d for d in default_detectors(CONFIG) if isinstance(d, ExactRepeatDetector))
-    return exact.limit(tool, failing=False)
 
 
 def tool_call(request: Request, name: str, arguments: dict[str, Any]) -> Reply:
@@ -161,8 +154,9 @@ async def test_a_looping_agent_is_warned_then_stopped(serve: Any) -> None:
     )
     assert len(tools.ran) < len(server.requests) <= MAX_TURNS and asked
     # A stubborn model: once refused, the identical call stays refused, each refusal one
-    # rung higher, so the tool ran exactly its limit and never again.
-    assert tools.ran.count("get_order 7") == repeat_limit_of("get_order")
+    # rung higher, so the lookup ran exactly its limit (three identical answers) and never
+    # again.
+    assert tools.ran.count("get_order 7") == READ_RUN_LIMIT
     assert actions == [Action.WARN, Action.WARN, Action.ASK_USER, Action.STOP]
 
 

@@ -170,3 +170,16 @@ async def test_an_overridden_loop_is_not_refused() -> None:
         await agent.step("bash", PYTEST, FAILURE)
     agent.tracker.override(agent.refusals[0], "flaky CI: retrying is right here")
     assert not agent.tracker.check_call("bash", PYTEST)
+
+
+async def test_a_refused_read_stays_refused_whatever_the_tool_is_called() -> None:
+    """The read rule (three identical answers in a row) refuses the 4th identical read and
+    every one after it, as the repeat rule does for commands."""
+    agent = Agent(LoopTracker(CONFIG))
+    weather = json.dumps({"city": "Paris", "temp_c": 12})
+    for _ in range(8):
+        await agent.step("get_weather", {"city": "Paris"}, weather)
+    assert agent.ran == 3
+    assert [v.action for v in agent.refusals[:4]] == LADDER
+    assert "read 'city=paris' 3x in a row" in (agent.refusals[0].summary or "")
+    assert not any(agent.turns)

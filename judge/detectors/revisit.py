@@ -30,7 +30,7 @@ from judge.detectors.base import LOOP_SCORE, SUSPICION_CAP, Event, Finding, near
 from judge.detectors.outcome import Outcome
 from judge.detectors.steps import Step
 from judge.detectors.tool_classes import ToolClass, classify_tool
-from judge.history import Message
+from judge.history import Message, ToolCall
 from judge.user_turns import is_observation, is_recovery
 from judge.verdict import LoopKind
 
@@ -144,10 +144,15 @@ def _polls(name: str) -> bool:
 
 def read_target(step: Step) -> str | None:
     """What a read-only step reads, normalized (None: not a read of a named target)."""
+    return call_target(step.call)
+
+
+def call_target(call: ToolCall) -> str | None:
+    """What a read-only call reads, normalized (None: not a read of a named target)."""
     leaves: list[tuple[str, str]] = []
-    _leaves(step.call.parsed, "", leaves)
+    _leaves(call.parsed, "", leaves)
     commands = [v for k, v in leaves if k in ("command", "cmd")]
-    explore = classify_tool(step.call.name) is ToolClass.EXPLORE or "view" in commands
+    explore = classify_tool(call.name) is ToolClass.EXPLORE or "view" in commands
     if not explore:
         shell = next((v for v in commands if v != "view"), None)
         return _command_target(shell) if shell is not None else None
@@ -159,7 +164,7 @@ def read_target(step: Step) -> str | None:
             targets.append("path:" + _path(value))
         elif key in _QUERY_KEYS:
             targets.append("q:" + _query(value))
-    if not targets and leaves and not _polls(step.call.name):
+    if not targets and leaves and not _polls(call.name):
         # No path, URL or query: the arguments themselves name what is read.
         targets = [f"arg:{key}={_query(value)}" for key, value in leaves]
     return "|".join(sorted(set(targets))) if targets else None
@@ -172,7 +177,7 @@ class RevisitDetector:
     name = "revisit"
     # call steps, and user messages: a person's words between two reads break the run
     # Attributes that make up the detector's state (serialized by LoopTracker.state).
-    STATE = ("_run", "_window", "_latest", "_current")
+    STATE = ("_run", "_window", "_latest", "_current", "_refused", "_run_result")
 
     def __init__(self, unlimited: Callable[[str], bool] | None = None) -> None:
         # Tools whose successful repeats are never a loop (``tool_limits`` of 0): their
@@ -188,13 +193,17 @@ class RevisitDetector:
         # tool -> the result key of its latest read, for the _MAX_TOOLS tools read last
         self._latest: dict[str, str] = {}
         self._current: Finding | None = None
+        # Reads of the current run refused before they ran (`refused`): attempts too.
+        self._refused = 0
+        # The current run's result as its finding quotes it (for a preflight's finding).
+        self._run_result = ""
 
     def observe(self, event: Event) -> Finding | None:
         if isinstance(event, Message):
             if event.role == "user" and not (is_observation(event) or is_recovery(event)):
                 # A person's words start a new stretch: reading the same pages again for a
                 # new question is not a return to content this stretch already read.
-                self._run = None
+                self._run, self._refused = None, 0
                 self._window.clear()
                 self._latest.clear()
             return self._current
@@ -215,7 +224,7 @@ class RevisitDetector:
         if target is not None and self._unlimited is not None and self._unlimited(step.call.name):
             target = None
         if target is None:
-            self._run = None
+            self._run, self._refused = None, 0
             return None
         tool, key, edits = step.call.name, step.key, step.edits
         run = self._run
@@ -224,26 +233,73 @@ class RevisitDetector:
             count = run[5] + 1
         else:
             indices, count = (step.call_index,), 1
+            self._refused = 0
         self._run = (tool, target, key, edits, indices, count)
-        if count < READ_RUN_LIMIT:
+        self._run_result = short(step.result or "", 200)
+        return self._run_finding(self._run_result)
+
+    def _run_finding(self, result: str, *, proposed: bool = False) -> Finding | None:
+        """The current run's finding, counting refused reads and, for a preflight, the
+        read being checked; the count shown is of the reads that ran (the evidence)."""
+        if self._run is None:
             return None
-        looping = count > READ_RUN_LIMIT
+        tool, target, _, _, indices, count = self._run
+        attempts = count + self._refused + int(proposed)
+        if attempts < READ_RUN_LIMIT:
+            return None
+        looping = attempts > READ_RUN_LIMIT
+        summary = (
+            f"{tool} read {short(target.split(':', 1)[-1], 40)!r} {count}x in a row "
+            "and got the same result each time, with nothing changed in between"
+        )
+        if proposed:
+            summary += f"; attempt {attempts} refused"
+        elif self._refused:
+            summary += f"; {self._refused} more attempt(s) refused"
+        details: dict[str, object] = {
+            "tool": tool,
+            "target": short(target, 120),
+            "count": count,
+            "limit": READ_RUN_LIMIT,
+            "result": short(result, 200),
+        }
+        if attempts != count:
+            details["attempts"] = attempts
         return Finding(
             detector=self.name,
             kind=LoopKind.EXACT_REPEAT,
-            score=LOOP_SCORE if looping else near_miss(count, READ_RUN_LIMIT),
+            score=LOOP_SCORE if looping else near_miss(attempts, READ_RUN_LIMIT),
             evidence=indices,
-            summary=f"{tool} read {short(target.split(':', 1)[-1], 40)!r} {count}x in a row "
-            "and got the same result each time, with nothing changed in between",
+            summary=summary,
             pattern=f"revisit:{tool}:{short(target, 60)}",
-            details={
-                "tool": tool,
-                "target": short(target, 120),
-                "count": count,
-                "limit": READ_RUN_LIMIT,
-                "result": short(step.result or "", 200),
-            },
+            details=details,
         )
+
+    def _extends_run(self, call: ToolCall) -> bool:
+        run = self._run
+        if run is None or run[0] != call.name:
+            return False
+        if self._unlimited is not None and self._unlimited(call.name):
+            return False
+        return call_target(call) == run[1]
+
+    def preflight(self, call: ToolCall) -> Finding | None:
+        """What ``call``, made next, would bring (`judge.detectors.base.Preflight`): a read
+        of the current run's target extends it as if its result repeats."""
+        if not self._extends_run(call):
+            return None
+        finding = self._run_finding(self._run_result, proposed=True)
+        if finding is None or finding.score >= LOOP_SCORE:
+            return finding
+        return finding if finding.score >= SUSPICION_CAP else None
+
+    def refused(self, call: ToolCall) -> Finding | None:
+        """``call`` was refused before it ran (`judge.detectors.base.Refusal`): a read of
+        the current run's target counts as one more attempt."""
+        if self._extends_run(call):
+            self._refused += 1
+            self._current = self._run_finding(self._run_result)
+        return self._current
 
     def _track_returns(self, step: Step, read: bool) -> Finding | None:
         tool, key, edits = step.call.name, step.key, step.edits

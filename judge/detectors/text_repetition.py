@@ -39,9 +39,12 @@ MIN_SENTENCE_CHARS = 12
 SHORT_SENTENCE_RUN = 8
 # The same holds for a group of short sentences repeating as a whole ("Thinking... Done.
 # Thinking... Done. ..."): each is too short to count and no single one runs in a row,
-# yet the group does. Groups of up to this many sentences are looked for; a group that
-# repeats SHORT_SENTENCE_RUN times back to back is degenerate.
+# yet the group does. Groups of up to this many sentences are looked for ...
 MAX_CYCLE_SENTENCES = 4
+# ... and one is degenerate once it repeats this many times back to back: twice a single
+# sentence's run, since short answers taking turns ("Yes. No. Yes. No.") fill quizzes and
+# tables for a while; sixteen rounds is still caught within a few lines of a stream.
+CYCLE_REPEATS = 2 * SHORT_SENTENCE_RUN
 # A short message (under MIN_CHARS) said this many times in a row (no other assistant
 # message, no tool call and no new tool result between) is a loop. The long-message rule
 # flags the 3rd near-identical message (balanced preset); short replies are identical far
@@ -140,7 +143,7 @@ def degenerate(text: str, body: str | None = None) -> tuple[str, int] | None:
         run_unit = norm
         for p in range(2, min(i, MAX_CYCLE_SENTENCES) + 1):
             cycles[p] = cycles[p] + 1 if sentences[i - p] == norm else 0
-            if (cycles[p] + p) // p >= SHORT_SENTENCE_RUN:
+            if (cycles[p] + p) // p >= CYCLE_REPEATS:
                 group = sentences[i - p + 1 : i + 1]
                 if len(set(group)) > 1 and _WORDY.search(norm):
                     return _canonical_group(group), (cycles[p] + p) // p
