@@ -7,15 +7,20 @@ tracker (or build one and run one turn), sleep a random 0-3 s and exit, while a 
 keeps the machine's other core loaded, and counts the exits that were not clean.
 
     .venv/bin/python evals/bench_exit.py --runs 200
+    .venv/bin/python evals/bench_exit.py --runs 20 --baseline-tree <worktree of e4a9f67>
 
-Prints each abnormal exit as it happens and a summary; exits 1 when any run was abnormal.
-The test suite runs a bounded version of this loop (tests/test_clean_exit.py).
+With ``--baseline-tree`` each run is made in both trees, side by side (a child imports the
+package of the tree it runs in: ``python -c`` puts its working directory first on
+``sys.path``). Prints each abnormal exit as it happens and a summary per tree; exits 1
+when any run of this tree was abnormal. The test suite runs a bounded version of this
+loop (tests/test_clean_exit.py).
 """
 
 from __future__ import annotations
 
 import argparse
 import multiprocessing
+import multiprocessing.synchronize
 import os
 import random
 import statistics
@@ -23,6 +28,7 @@ import subprocess
 import sys
 import time
 from collections import Counter
+from pathlib import Path
 
 # What the child does before sleeping. Both build the default tracker (semantic "auto",
 # which starts the model's load); "turn" also runs one turn, as a short script would.
@@ -44,7 +50,10 @@ def _child(script: str, delay: float) -> str:
     return f"{script}import time\ntime.sleep({delay:.3f})\n"
 
 
-def _spin(stop: multiprocessing.synchronize.Event) -> None:  # type: ignore[name-defined]
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _spin(stop: multiprocessing.synchronize.Event) -> None:
     while not stop.is_set():
         sum(range(10_000))
 
@@ -54,7 +63,22 @@ def main() -> int:
     parser.add_argument("--runs", type=int, default=200, help="children per script")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--no-load", action="store_true", help="leave the other core idle")
+    parser.add_argument("--baseline-tree", type=Path, help="another checkout, run side by side")
     args = parser.parse_args()
+    trees = {"this tree": REPO}
+    if args.baseline_tree is not None:
+        trees["baseline"] = args.baseline_tree.resolve()
+    for label, tree in trees.items():
+        where = subprocess.run(
+            [sys.executable, "-c", "import judge; print(judge.__file__)"],
+            cwd=tree,
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+        if not where.startswith(str(tree)):
+            parser.error(f"{label} ({tree}) imports judge from {where}")
+        print(f"{label}: {where}")
     rng = random.Random(args.seed)
     env = {k: v for k, v in os.environ.items() if not k.startswith("LOOP_JUDGE_")}
     stop = multiprocessing.Event()
@@ -62,42 +86,47 @@ def main() -> int:
     if not args.no_load:
         spinner = multiprocessing.Process(target=_spin, args=(stop,), daemon=True)
         spinner.start()
-    codes: Counter[int] = Counter()
-    walls: list[float] = []
+    codes: dict[str, Counter[int]] = {label: Counter() for label in trees}
+    walls: dict[str, list[float]] = {label: [] for label in trees}
     try:
         for i in range(args.runs):
             for name, script in SCRIPTS.items():
                 delay = rng.uniform(0.0, MAX_DELAY_S)
-                started = time.perf_counter()
-                done = subprocess.run(
-                    [sys.executable, "-c", _child(script, delay)],
-                    capture_output=True,
-                    text=True,
-                    env=env,
-                    timeout=120,
-                )
-                walls.append(time.perf_counter() - started - delay)
-                codes[done.returncode] += 1
-                if done.returncode != 0:
-                    tail = done.stderr.strip().splitlines()[-1:] or ["(no output)"]
-                    print(
-                        f"run {i} {name} delay {delay:.2f}s: exit {done.returncode}: {tail[0]}",
-                        flush=True,
+                for label, tree in trees.items():
+                    started = time.perf_counter()
+                    done = subprocess.run(
+                        [sys.executable, "-c", _child(script, delay)],
+                        capture_output=True,
+                        text=True,
+                        env=env,
+                        cwd=tree,
+                        timeout=120,
                     )
+                    walls[label].append(time.perf_counter() - started - delay)
+                    codes[label][done.returncode] += 1
+                    if done.returncode != 0:
+                        tail = done.stderr.strip().splitlines()[-1:] or ["(no output)"]
+                        print(
+                            f"{label} run {i} {name} delay {delay:.2f}s: exit "
+                            f"{done.returncode}: {tail[0]}",
+                            flush=True,
+                        )
     finally:
         stop.set()
         if spinner is not None:
             spinner.join(5)
-    total = sum(codes.values())
-    abnormal = total - codes[0]
-    print(
-        f"{total} runs ({args.runs} per script, delays 0-{MAX_DELAY_S:.0f} s, "
-        f"{'other core idle' if args.no_load else 'other core busy'}): {abnormal} abnormal "
-        f"exits; exit codes {dict(sorted(codes.items()))}; process time beyond the delay "
-        f"median {statistics.median(walls):.2f} s, max {max(walls):.2f} s; "
-        f"load average {os.getloadavg()[0]:.1f}"
-    )
-    return 1 if abnormal else 0
+    load = "other core idle" if args.no_load else "other core busy"
+    for label in trees:
+        total = sum(codes[label].values())
+        abnormal = total - codes[label][0]
+        print(
+            f"{label}: {total} runs ({args.runs} per script, delays 0-{MAX_DELAY_S:.0f} s, "
+            f"{load}): {abnormal} abnormal exits; exit codes "
+            f"{dict(sorted(codes[label].items()))}; process time beyond the delay median "
+            f"{statistics.median(walls[label]):.2f} s, max {max(walls[label]):.2f} s"
+        )
+    print(f"load average {os.getloadavg()[0]:.1f}")
+    return 1 if sum(codes["this tree"].values()) != codes["this tree"][0] else 0
 
 
 if __name__ == "__main__":
