@@ -505,7 +505,15 @@ class TurnHandler:
             persists = self.store.persists
             request = (digest, idempotency_key) if digest is not None else None
             measure = bool(getattr(self.store, "measures", False))
-            work = partial(run_turn, session, history, persists, measure=measure, request=request)
+            work = partial(
+                run_turn,
+                session,
+                history,
+                persists,
+                measure=measure,
+                request=request,
+                sent_bytes=len(body) if body is not None else None,
+            )
             inline = (small and self.inline) and (not persists or _small_save(session))
             try:
                 outcome = await (work() if inline else self.runner.run(work))

@@ -48,6 +48,11 @@ class AppendedHistory(Sequence[Any]):
     def __len__(self) -> int:
         return self.start + len(self._new)
 
+    @property
+    def new(self) -> list[Any]:
+        """The messages sent with this request."""
+        return self._new
+
     @overload
     def __getitem__(self, index: int) -> Any: ...
     @overload
@@ -101,13 +106,16 @@ async def run_turn(
     *,
     measure: bool = False,
     request: tuple[str, str | None] | None = None,
+    sent_bytes: int | None = None,
 ) -> TurnOutcome:
     """The worker thread's part of a turn: the tracker, then everything that costs CPU
     after it (the verdict's JSON, the session's bytes when the store keeps bytes, or
     their count when it caps them: ``measure``).
 
     ``request``: the request's (body digest, Idempotency-Key): the answer is kept with
-    them in the session (`Replay`), so a retry of this request gets it again."""
+    them in the session (`Replay`), so a retry of this request gets it again.
+    ``sent_bytes``: the request body's size, which for an append is about the JSON of
+    the new messages (what ``measure`` would otherwise count message by message)."""
     verdict = await session.tracker.turn_started(history)
     body = verdict.model_dump_json().encode("utf-8")
     previous = session.length
@@ -118,14 +126,20 @@ async def run_turn(
     if serialize:
         session.pack()
     elif measure:
-        session.measure(*_new_bytes(history, previous))
+        session.measure(*_new_bytes(history, previous, sent_bytes))
     return TurnOutcome(verdict, body)
 
 
-def _new_bytes(history: Sequence[Any], previous: int) -> tuple[int, int | None]:
+def _new_bytes(
+    history: Sequence[Any], previous: int, sent_bytes: int | None = None
+) -> tuple[int, int | None]:
     """(JSON bytes of the messages after the first ``previous``, or of all of them after
     a rewrite made the history shorter; those of the last of them, the entry the session
-    keeps, or None when nothing was new): what the turn read, for `Session.measure`."""
+    keeps, or None when nothing was new): what the turn read, for `Session.measure`.
+    An append's new messages are what its body sent (``sent_bytes``)."""
+    if isinstance(history, AppendedHistory) and sent_bytes is not None:
+        sent = history.new
+        return sent_bytes, _json_bytes(sent[-1]) if sent else None
     new = history[previous:] if previous <= len(history) else history[:]
     if not new:
         return 0, None
