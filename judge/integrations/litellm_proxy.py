@@ -50,7 +50,6 @@ import re
 import time
 from collections.abc import Mapping
 from enum import Enum
-from functools import partial
 from typing import Any
 
 from judge.config import TrackerConfig
@@ -59,14 +58,16 @@ from judge.llm._litellm import LLMClient, _import_litellm
 from judge.llm.redaction import redact
 from judge.service import (
     Metrics,
+    ServedStore,
     ServerSettings,
     SessionStore,
     StoreError,
+    TurnOverBudget,
+    TurnRunner,
+    bridge_judge,
+    run_store_turn,
     store_from_settings,
 )
-from judge.service.store import ServedStore
-from judge.service.turns import run_turn
-from judge.service.worker import TurnOverBudget, TurnRunner, bridge_judge
 from judge.verdict import Verdict
 
 # Through judge.llm._litellm, the one place that imports litellm: it uses the bundled model cost
@@ -224,7 +225,7 @@ class LoopJudgeGuardrail(CustomGuardrail):
             bridge_judge(store, self.runner)
 
     async def _turn(self, key: str, messages: list[Any]) -> Verdict:
-        return await _run_turn_in(self.runner, self.store, key, messages)
+        return await run_store_turn(self.runner, self.store, key, messages)
 
     async def async_pre_call_hook(
         self,
@@ -288,25 +289,6 @@ class LoopJudgeGuardrail(CustomGuardrail):
             nudge = {"role": self.nudge_role, "content": verdict.recovery_message}
             return {**data, "messages": [*messages, nudge]}
         return data
-
-
-async def _run_turn_in(runner: TurnRunner, store: SessionStore, key: str, messages: Any) -> Verdict:
-    """One turn in ``runner``'s worker threads: the whole `Session` where the store hands
-    one out (its bytes then made in the thread too), else the bare tracker."""
-    if isinstance(store, ServedStore):
-        async with store.open(key) as session:
-            measure = bool(getattr(store, "measures", False))
-            work = partial(run_turn, session, messages, store.persists, measure=measure)
-            try:
-                outcome = await runner.run(work)
-            except TurnOverBudget:
-                session.discard()  # stopped mid-way: the tracker may be half-updated
-                raise
-        return outcome.verdict
-    async with store.session(key) as tracker:
-        # Past the budget this raises out of the block, so a store that saves does not
-        # save the half-updated tracker.
-        return await runner.run(partial(tracker.turn_started, messages))
 
 
 def _blocked(guardrail_name: str | None, message: str) -> GuardrailRaisedException:

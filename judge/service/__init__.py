@@ -17,10 +17,14 @@ if TYPE_CHECKING:
     from judge.service.store import (
         MemoryStore,
         RedisStore,
+        ServedStore,
         SessionStore,
         StoreError,
+        StoreFull,
         store_from_settings,
     )
+    from judge.service.turns import run_store_turn
+    from judge.service.worker import TurnOverBudget, TurnRunner, bridge_judge
 
 # The service's public front: what the CLI and the integrations build on, so none of them
 # reaches into its modules.
@@ -28,10 +32,16 @@ __all__ = [
     "MemoryStore",
     "Metrics",
     "RedisStore",
+    "ServedStore",
     "ServerSettings",
     "SessionStore",
     "StoreError",
+    "StoreFull",
+    "TurnOverBudget",
+    "TurnRunner",
+    "bridge_judge",
     "create_app",
+    "run_store_turn",
     "store_from_settings",
     "tune_collector",
 ]
@@ -41,8 +51,14 @@ _HOMES = {
     "ServerSettings": "judge.service.settings",
     "MemoryStore": "judge.service.store",
     "RedisStore": "judge.service.store",
+    "ServedStore": "judge.service.store",
     "SessionStore": "judge.service.store",
     "StoreError": "judge.service.store",
+    "StoreFull": "judge.service.store",
+    "TurnOverBudget": "judge.service.worker",
+    "TurnRunner": "judge.service.worker",
+    "bridge_judge": "judge.service.worker",
+    "run_store_turn": "judge.service.turns",
     "store_from_settings": "judge.service.store",
     "Metrics": "judge.service.metrics",
     "tune_collector": "judge.service.collector",

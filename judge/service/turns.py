@@ -14,11 +14,13 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, overload
 
 from judge.errors import LoopJudgeError
 from judge.service.state import Replay, SessionData, stored_tail
-from judge.service.store import Session
+from judge.service.store import ServedStore, Session, SessionStore
+from judge.service.worker import TurnOverBudget, TurnRunner
 from judge.verdict import Verdict
 
 
@@ -161,3 +163,27 @@ async def run_call(session: SessionData, name: str, arguments: Any) -> TurnOutco
     # A preview: the session is read, not saved, so a refusal could not be recorded.
     verdict = session.tracker.check_call(name, arguments, refuse=False)
     return TurnOutcome(verdict, verdict.model_dump_json().encode("utf-8"))
+
+
+async def run_store_turn(
+    runner: TurnRunner, store: SessionStore, key: str, messages: Sequence[Any]
+) -> Verdict:
+    """One turn of session ``key`` in ``runner``'s worker threads, under its CPU budget
+    (`TurnOverBudget` past it): for a front that holds no session state of its own (the
+    litellm guardrail). The whole `Session` where the store hands one out (its bytes then
+    made in the thread too, its tracker dropped if the turn was stopped), else the bare
+    tracker."""
+    if isinstance(store, ServedStore):
+        async with store.open(key) as session:
+            measure = bool(getattr(store, "measures", False))
+            work = partial(run_turn, session, messages, store.persists, measure=measure)
+            try:
+                outcome = await runner.run(work)
+            except TurnOverBudget:
+                session.discard()  # stopped mid-way: the tracker may be half-updated
+                raise
+        return outcome.verdict
+    async with store.session(key) as tracker:
+        # Past the budget this raises out of the block, so a store that saves does not
+        # save the half-updated tracker.
+        return await runner.run(partial(tracker.turn_started, messages))
