@@ -67,6 +67,7 @@ OTHER_VARIABLES = frozenset(
         "max_body_bytes",
         "session_ttl_s",
         "max_sessions",
+        "max_store_bytes",
         "lock_lease_s",
         "lock_wait_s",
         "key_prefix",
