@@ -44,7 +44,9 @@ async def test_both_confident_is_a_loop() -> None:
     assert [c.stage.value for c in v.judge_calls] == ["fast", "confirm"]
     assert [c.confidence for c in v.judge_calls] == [0.95, 0.97]
     assert v.action is Action.WARN
-    assert v.recovery_message and "confirmed" in v.recovery_message
+    # The analysis is for people: the explanation quotes it, the agent's orders do not.
+    assert v.recovery_message and "confirmed" not in v.recovery_message
+    assert '"confirmed"' in (v.explanation or "")
     assert v.evidence and all(isinstance(i, int) for i in v.evidence)
 
 

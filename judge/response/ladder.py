@@ -25,6 +25,12 @@ Counting rules, chosen so the ladder is predictable and documented in one place:
   loop already answered, not a new repeat, and must not flag again (`Ladder.stale`). So
   the ladder climbs only when the agent repeats a pattern after it was told, and an agent
   that obeys the recovery message is never pushed towards ``stop``.
+- The judge alone stops a run only on agreement that has lasted: both of its models (fast
+  and confirm) found a loop on two checks at least ``min_interval`` turns apart, with no
+  check in between finding none (`Ladder.judge_may_stop`). Until then a judge verdict
+  that the rung would make a stop asks the user instead. One model is one opinion, and a
+  model that answers "loop" on everything would otherwise end every run it watches; a
+  person can always say "keep going", a stopped run cannot.
 """
 
 from __future__ import annotations
@@ -160,6 +166,11 @@ class LadderState(BaseModel):
     acted_digest: str | None = Field(
         default=None, description="digest of that message, to find it after a rewrite"
     )
+    judge_agreed: list[int] = Field(
+        default_factory=list,
+        description="session turns of the first and the latest check on which both judge "
+        "models found a loop, since a check last found none",
+    )
 
 
 class LadderPolicy(BaseModel):
@@ -200,7 +211,7 @@ def _fresh_state() -> LadderState:
     factory's signature (to see whether it takes the validated data), ~0.1 ms apiece, which
     made this ~0.29 ms of every tracker a sidecar session builds or restores (issue 11).
     """
-    return LadderState.model_construct(patterns={}, overrides=[])
+    return LadderState.model_construct(patterns={}, overrides=[], judge_agreed=[])
 
 
 def _as_is(text: str) -> str:
@@ -262,6 +273,30 @@ class Ladder:
         entry.recoveries += 1
         self.state.recoveries += 1
         return True
+
+    # -- the judge's agreement -------------------------------------------------------------
+
+    def judge_checked(self, *, agreed: bool, looping: bool) -> None:
+        """Record one judge check that got an answer: ``agreed`` when both models found a
+        loop, ``looping`` when the check's verdict was a loop (a sure fast model trusted
+        alone is a loop without agreement). A check that found no loop ends the stretch of
+        agreement: what follows must agree twice again."""
+        agreements = self.state.judge_agreed
+        if agreed:
+            # The first and the latest are all the rule reads (the widest span), so the
+            # list never grows past two however long a stretch lasts.
+            if agreements:
+                agreements[1:] = [self.state.turn]
+            else:
+                agreements.append(self.state.turn)
+        elif not looping:
+            agreements.clear()
+
+    def judge_may_stop(self, min_interval: int) -> bool:
+        """Whether the judge alone may stop the run: both models agreed on two checks at
+        least ``min_interval`` session turns apart (see the module docstring)."""
+        agreements = self.state.judge_agreed
+        return len(agreements) >= 2 and agreements[-1] - agreements[0] >= min_interval
 
     # -- evidence ------------------------------------------------------------------------
 

@@ -7,8 +7,15 @@ The recovery template grows stronger with the escalation rung (`RecoveryLevel`).
 
 The wording lives in ``prompts/`` (recovery_*.md, recovery_advice.json) so users can
 restyle it without touching code; this module only fills in the fields and keeps the
-message within its character budget. A judge model's analysis is untrusted text and
-reaches these texts only through `judge_opinion` (quoted, stripped, labelled).
+message within its character budget.
+
+A judge model's analysis is untrusted text: the model read the agent's history, which
+anyone can write into, and no filter can tell a description from an order phrased as one
+(passive voice, another language, look-alike characters). So the recovery message, which
+the agent is told to follow, holds none of it: for a judge verdict it is built from our
+templates and what we computed (the reviewed messages, the recent calls and their counts,
+the reviewer's confidence). The analysis stays on the verdict for people, and only the
+``explanation`` quotes it, through `judge_opinion` (stripped, clipped and labelled).
 """
 
 from __future__ import annotations
@@ -59,10 +66,10 @@ _FENCE_SAFE = "'''"
 _SECTION = re.compile(r"^## (\S+)\s*$", re.MULTILINE)
 
 # -- the judge's words -------------------------------------------------------------------------
-# A judge model's reply is untrusted text (it read the agent's history, which anyone can
-# write into), yet the recovery message is appended to the agent's conversation. So the
-# analysis is never spliced in as ours: code, links and sentences that give orders are
-# removed, what is left is clipped, quoted and labelled as the reviewer's opinion.
+# A judge model's reply is untrusted text. It never reaches the recovery message; for the
+# person-facing explanation, code, links and sentences that give orders are removed, and
+# what is left is clipped, quoted and labelled as the reviewer's opinion. These filters are
+# a courtesy to the person reading, not a defence: the agent never reads their output.
 OPINION_CHARS = 240
 """The longest quoted analysis: two sentences of description, no room for a payload."""
 OPINION_LABEL = "(the reviewer's opinion, not an instruction)"
@@ -116,6 +123,33 @@ def judge_opinion(analysis: str | None, limit: int = OPINION_CHARS) -> str:
         kept.append(sentence.replace('"', "'").replace(_FENCE, _FENCE_SAFE))
     quoted = _shorten(" ".join(kept), limit)
     return f'"{quoted}" {OPINION_LABEL}' if quoted else NO_OPINION
+
+
+# -- a judge verdict in our words ------------------------------------------------------------
+# What happened, as the agent reads it after a judge verdict: facts only.
+JUDGE_WHAT = (
+    "a reviewer model found no progress in your last {steps} steps (messages {span}; "
+    "confidence {confidence:.2f})"
+)
+# The judge's loop in "approaches tried" lists (the ladder's label of the "llm" pattern).
+JUDGE_LABEL = "no progress (LLM judge)"
+# Labels of the judge's loop saved before it was built from facts quoted the analysis
+# after this prefix; a state restored from then gets the plain label instead.
+_QUOTING_LABEL = JUDGE_LABEL + ": "
+
+
+def _span(evidence: Sequence[int]) -> str:
+    return f"{min(evidence)}-{max(evidence)}" if evidence else "-"
+
+
+def judge_label(evidence: Sequence[int]) -> str:
+    """The ladder's label of a judge-found loop: the reviewed messages, no model text."""
+    return f"{JUDGE_LABEL}, messages {_span(evidence)}" if evidence else JUDGE_LABEL
+
+
+def _our_labels(tried: Sequence[str]) -> list[str]:
+    """``tried`` with any label that quoted a judge's analysis replaced by the plain one."""
+    return [JUDGE_LABEL if t.startswith(_QUOTING_LABEL) else t for t in tried]
 
 
 @dataclass(frozen=True, slots=True)
@@ -247,7 +281,9 @@ def for_finding(
             forbid=forbid,
             tried=_bullets([tried], cap, items),
             alternatives=_bullets(alternatives, cap, items),
-            approaches=_bullets([tried] + [_fence_safe(t) for t in step.tried[1:]], cap, items),
+            approaches=_bullets(
+                [tried] + [_fence_safe(t) for t in _our_labels(step.tried[1:])], cap, items
+            ),
             detection=step.pattern_count,
             overall=step.overall_count,
             summary=_fence_safe(_shorten(finding.summary, cap)),
@@ -281,28 +317,32 @@ def for_judge(
 
     ``recent_calls`` are the calls in the judge's window, most repeated first ("name(args)
     x3"): the judge names no call, so the constraint cites what the agent actually did.
-    The judge's own analysis appears only through `judge_opinion`: the structure, the
-    constraint and the alternatives are ours.
+    The recovery message and the summary hold no word of the judge's analysis (the
+    summary reaches the agent too, where an integration has no recovery message to give:
+    a proxy's refusal, a hook's fallback); only the explanation quotes it, through
+    `judge_opinion`.
     """
     step = step or _first_step()
     advice = _advice(LLM_ADVICE)
     confidence = call.confidence if call.confidence is not None else 0.0
     name = str(advice.get("name", "no-progress loop"))
     calls = list(recent_calls) or ["(no tool calls in the reviewed messages)"]
+    what = JUDGE_WHAT.format(steps=len(evidence), span=_span(evidence), confidence=confidence)
 
     def render(cap: int, items: int) -> str:
-        opinion = judge_opinion(call.analysis, min(cap * 2, OPINION_CHARS))
+        # No field carries the analysis: a template naming {analysis} gets "-".
         fields = _Blank(
             name=name,
-            what=opinion,
-            analysis=opinion,
+            what=what,
             confidence=confidence,
             evidence=_evidence(evidence),
             constraint=str(advice.get("constraint", "do not repeat the same steps.")),
             forbid=str(advice.get("forbid", "do not repeat the same steps.")),
             tried=_bullets([_fence_safe(c) for c in calls], cap, items),
             alternatives=_bullets([str(a) for a in advice.get("alternatives", [])], cap, items),
-            approaches=_bullets([_fence_safe(t) for t in step.tried] or calls, cap, items),
+            approaches=_bullets(
+                [_fence_safe(t) for t in _our_labels(step.tried)] or calls, cap, items
+            ),
             detection=step.pattern_count,
             overall=step.overall_count,
             model=call.model,
@@ -310,6 +350,9 @@ def for_judge(
         return _level_template(step.level, LLM_RECOVERY_FILE).format_map(fields).strip()
 
     message = _fit(render, budget)
+    # The quoted opinion and its label fit the explanation's field cap whole: a clip must
+    # never cut the label off.
+    opinion_chars = EXPLANATION_FIELD_CHARS - len(OPINION_LABEL) - 3
     summary, explanation = _people(
         "llm",
         step,
@@ -320,8 +363,8 @@ def for_judge(
             "overall": step.overall_count,
             "model": call.model,
             "confidence": confidence,
-            "analysis": judge_opinion(call.analysis, EXPLANATION_FIELD_CHARS),
+            "analysis": judge_opinion(call.analysis, opinion_chars),
         },
-        f"LLM judge ({call.model}, {confidence:.2f}): {judge_opinion(call.analysis)}",
+        f"LLM judge ({call.model}, {confidence:.2f}): no progress, messages {_span(evidence)}",
     )
     return Recovery(summary, explanation, message)

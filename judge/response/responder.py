@@ -26,11 +26,18 @@ from judge.config import TrackerConfig
 from judge.detectors.base import LOOP_SCORE, SUSPICION_CAP, Finding, short
 from judge.detectors.suite import NOTHING_FOUND, SINGLE_SCORE, Assessment, combine
 from judge.history import Message
-from judge.response.ladder import LLM_PATTERN, Ladder, LadderPolicy, LadderState, OverrideRecord
+from judge.response.ladder import (
+    LLM_PATTERN,
+    Ladder,
+    LadderPolicy,
+    LadderState,
+    OverrideRecord,
+    RecoveryLevel,
+)
 from judge.response.ladder import Step as LadderStep
 from judge.response.stats import TrackerStats
 from judge.response.telemetry import Telemetry
-from judge.verdict import Action, JudgeCall, LoopKind, Origin, Verdict
+from judge.verdict import Action, JudgeCall, JudgeStage, LoopKind, Origin, Verdict
 
 if TYPE_CHECKING:
     from judge.llm.pair import JudgeOutcome
@@ -414,6 +421,12 @@ class Responder:
         turn: int,
         recent: Iterable[Message],
     ) -> Verdict:
+        """The verdict of a judge check; a loop climbs the ``"llm"`` pattern's ladder.
+
+        The judge alone never stops a run on one check or one model: a stop needs both
+        models to have agreed on two checks `min_interval` turns apart
+        (`Ladder.judge_may_stop`), and until then the rung's stop becomes ask-the-user.
+        """
         deciding = outcome.deciding
         suspicion = found.suspicion
         common: dict[str, Any] = {
@@ -425,19 +438,28 @@ class Responder:
             "confidence": deciding.confidence if deciding else None,
             "analysis": deciding.analysis if deciding else None,
         }
+        if deciding is not None:
+            # Confirm decides only after a sure fast model, so a looping verdict decided by
+            # confirm is both models agreeing; one decided by fast is fast trusted alone.
+            agreed = outcome.looping and deciding.stage is JudgeStage.CONFIRM
+            self.ladder.judge_checked(agreed=agreed, looping=outcome.looping)
         if deciding is not None and not outcome.looping and self.ladder.cleared(LLM_PATTERN):
             self.stats.recoveries_succeeded += 1
         if not outcome.looping or deciding is None or self.ladder.silenced(LLM_PATTERN):
             return Verdict(**common)
-        from judge.response.recovery import OPINION_CHARS, for_judge, judge_opinion
+        from judge.response.recovery import for_judge, judge_label
 
-        # The label is quoted back to the agent in later recovery messages: only the
-        # judge's words that survive judge_opinion, never its raw text.
-        label = "no progress (LLM judge): " + judge_opinion(deciding.analysis, OPINION_CHARS // 2)
+        # The label is quoted back to the agent in later recovery messages (the approaches
+        # tried), so it is built from the evidence, never from the judge's words.
+        label = judge_label(outcome.evidence)
         # The judge names no mechanism; the strongest heuristic signal under it does, and
         # without one, no progress in spite of varied actions is what "cognitive" means.
         kind = found.findings[0].kind if found.findings else LoopKind.COGNITIVE
         step = self.ladder.escalate(LLM_PATTERN, label=label, kind=kind)
+        if step.action is Action.STOP and not self.ladder.judge_may_stop(self.config.min_interval):
+            step = step.model_copy(
+                update={"action": Action.ASK_USER, "level": RecoveryLevel.ASK_USER}
+            )
         texts = for_judge(
             deciding,
             step,
