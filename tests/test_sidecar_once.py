@@ -433,3 +433,40 @@ async def test_two_replicas_taking_turns_answer_as_one_after_a_dropped_head(
     finally:
         for app in (one, *two):
             await app.state.store.aclose()
+
+
+# -- refusals -----------------------------------------------------------------------------
+
+
+async def test_a_call_refused_over_http_stays_refused_and_climbs(apps: list[Any]) -> None:
+    """A client that asks /calls before each tool call and refuses the looping ones: the
+    refusal is kept in the session (on either replica), so the identical call stays
+    refused, each time a rung higher, and the failing tool ran only its limit."""
+    call = {"name": "bash", "arguments": {"command": "pytest tests/test_x.py"}}
+    failure = "FAILED tests/test_x.py::test_a - assert 1 == 2"
+    history: list[dict[str, Any]] = [{"role": "user", "content": "fix the test"}]
+    ran, refusals = 0, []
+    clients = [client_for(app) for app in apps]
+    try:
+        for n in range(7):
+            c = clients[n % 2]
+            answer = await c.post("/v1/sessions/r/calls", json=call)
+            assert answer.status_code == 200
+            verdict = Verdict.model_validate(answer.json())
+            tool_call = {"id": f"c{n}", "type": "function", "function": {"name": "bash"}}
+            tool_call["function"]["arguments"] = json.dumps(call["arguments"])
+            history.append({"role": "assistant", "content": "", "tool_calls": [tool_call]})
+            if verdict.looping:
+                refusals.append(verdict.action.value)
+                result = verdict.recovery_message or "refused"
+            else:
+                ran += 1
+                result = failure
+            history.append({"role": "tool", "tool_call_id": f"c{n}", "content": result})
+            turn = await c.post(TURNS.format("r"), json={"messages": history})
+            assert turn.status_code == 200 and not turn.json()["looping"]
+    finally:
+        for c in clients:
+            await c.aclose()
+    assert ran == CONFIG.failure_repeat_limit
+    assert refusals == ["warn", "warn", "ask_user", "stop", "stop"]

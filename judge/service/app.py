@@ -902,8 +902,23 @@ def create_app(
     )
     async def call(session_id: SessionId, body: CallRequest, principal: Principal) -> Response:
         started = time.perf_counter()
-        async with served.open(store_key(principal, session_id), readonly=True) as session:
+        key = store_key(principal, session_id)
+        # Read-only first: nearly every call is allowed, and that needs no lock or save.
+        async with served.open(key, readonly=True) as session:
             outcome = await runner.run(partial(run_call, session, body.name, body.arguments))
+        if outcome.verdict.looping:
+            # A refusal: recorded in the session, so the identical call stays refused (one
+            # rung higher each time) and its echo in the next turn's history is no attempt.
+            async with served.open(key) as session:
+                work = partial(
+                    run_call,
+                    session,
+                    body.name,
+                    body.arguments,
+                    refuse=True,
+                    serialize=served.persists,
+                )
+                outcome = await runner.run(work)
         metrics.record_call(outcome.verdict, time.perf_counter() - started)
         return Response(outcome.body, media_type="application/json")
 

@@ -158,10 +158,22 @@ def _json_bytes(value: Any) -> int:
         return len(repr(value))  # not JSON (a caller's object): as much as its text
 
 
-async def run_call(session: SessionData, name: str, arguments: Any) -> TurnOutcome:
-    """The worker thread's part of a preflight check (it reads the detectors' state)."""
-    # A preview: the session is read, not saved, so a refusal could not be recorded.
-    verdict = session.tracker.check_call(name, arguments, refuse=False)
+async def run_call(
+    session: SessionData,
+    name: str,
+    arguments: Any,
+    *,
+    refuse: bool = False,
+    serialize: bool = False,
+) -> TurnOutcome:
+    """The worker thread's part of a preflight check (it reads the detectors' state).
+
+    ``refuse=False`` previews (a session opened read-only, nothing recorded); with
+    ``refuse`` a looping answer is recorded as a refusal (`LoopTracker.check_call`), and
+    ``serialize`` makes the session's bytes for a store that persists them."""
+    verdict = session.tracker.check_call(name, arguments, refuse=refuse)
+    if refuse and verdict.looping and serialize and isinstance(session, Session):
+        session.pack()
     return TurnOutcome(verdict, verdict.model_dump_json().encode("utf-8"))
 
 
