@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import re
 import sys
 import time
@@ -365,6 +366,282 @@ def detect_secrets_scrub() -> Scrub | None:
     return scrub
 
 
+# -- the independent corpus: every placement, every sink ------------------------------------
+
+INDEPENDENT_FILE = CORPUS / "independent.json"
+# Where a case's line is put (see `placed`): raw text is the control, the rest are the
+# decorated forms a reader still reads as the same line.
+PLACEMENTS = (
+    "raw_result",
+    "arguments",
+    "json_result",
+    "ansi",
+    "http_dump",
+    "long",
+    "assistant",
+)
+# Where a secret could end up (see `run_placement` and `hook_sinks`).
+SINKS = ("prompt", "verdicts", "state", "logs", "hook_state", "hook_stderr")
+# Characters of filler around the line of a long message: past the judge's clip of the
+# tool result (TrackerConfig.max_message_chars, 2000) and past the 4x pre-clip.
+LONG_FILLER = 9_000
+ANSI_ON, ANSI_OFF = "\x1b[1;33m", "\x1b[0m"
+
+
+def load_independent() -> dict[str, Any]:
+    """The corpus: ``secrets`` (each a ``line`` with ``{secret}``) and ``lookalikes``."""
+    data: dict[str, Any] = json.loads(INDEPENDENT_FILE.read_text(encoding="utf-8"))
+    return data
+
+
+def case_line(case: dict[str, Any], *, ansi: bool = False) -> str:
+    """The case's line as printed, the secret (or look-alike) filled in."""
+    value = case["secret"] if "secret" in case else case["value"]
+    if ansi:
+        value = f"{ANSI_ON}{value}{ANSI_OFF}"
+    return str(case["line"]).replace("{secret}", value).replace("{value}", value)
+
+
+def _long_text(line: str, limit: int) -> str:
+    """A long output whose line straddles the judge's head clip at ``limit`` characters:
+    the line starts just before the cut, so a clip taken before redaction keeps its start."""
+    keep = max(limit - 40, 2)
+    head = keep * 2 // 3
+    filler = "".join(f"step {i:05d}: ok\n" for i in range(LONG_FILLER // 16))
+    before = filler[: max(head - 12, 0)]
+    return before + line + "\n" + filler
+
+
+def placed(case: dict[str, Any], placement: str) -> tuple[dict[str, Any], str, str]:
+    """(tool arguments, tool result, assistant text) carrying the case's line."""
+    line = case_line(case, ansi=placement == "ansi")
+    arguments: dict[str, Any] = {"cmd": "./deploy.sh --check", "timeout": 60}
+    result = "exit 1: deploy failed"
+    said = "Running the deploy check again."
+    if placement in ("raw_result", "ansi"):
+        result = f"$ ./deploy.sh --check\n{line}\nexit 1"
+    elif placement == "arguments":
+        arguments = {"cmd": f"gh auth status\n{line}\n./deploy.sh --check", "timeout": 60}
+    elif placement == "json_result":
+        result = json.dumps({"stdout": f"checking\n{line}\n", "stderr": "", "exit_code": 1})
+    elif placement == "http_dump":
+        # A request printed as Python prints bytes: \r\n are two characters each.
+        dump = f"POST /v1/deploy HTTP/1.1\r\nHost: api.example.com\r\n{line}\r\n\r\n"
+        result = "> sent " + repr(dump.encode("utf-8"))
+    elif placement == "long":
+        result = _long_text(line, 2_000)
+    elif placement == "assistant":
+        said = f"The check printed this:\n{line}\nI will run it again."
+    return arguments, result, said
+
+
+def _history(case: dict[str, Any], placement: str, turns: int) -> list[dict[str, Any]]:
+    arguments, result, said = placed(case, placement)
+    history: list[dict[str, Any]] = [
+        {"role": "user", "content": "Get the nightly deploy working again."}
+    ]
+    for n in range(turns):
+        call = {
+            "id": f"call_{n}",
+            "type": "function",
+            "function": {"name": "bash", "arguments": json.dumps(arguments)},
+        }
+        history.append({"role": "assistant", "content": said, "tool_calls": [call]})
+        history.append({"role": "tool", "tool_call_id": f"call_{n}", "content": result})
+    return history
+
+
+def _echoing_judge(request: Any) -> Any:
+    """A judge that quotes what it was shown: its analysis repeats the transcript's end,
+    so whatever reached the prompt reaches the verdict's texts too."""
+    from tests.fault_server import completion
+
+    prompt = request.json()["messages"][-1]["content"]
+    analysis = "The agent repeats the same step. It saw: " + prompt[-1500:]
+    return completion(
+        json.dumps({"unproductive_state_analysis": analysis, "unproductive_state_confidence": 0.95})
+    )
+
+
+class _Collect(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.lines: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.lines.append(self.format(record))
+
+
+async def run_placement(case: dict[str, Any], placement: str, api_base: str) -> dict[str, str]:
+    """What each sink of a tracker holds after a looping history carrying the case: the
+    judge's prompts (as the HTTP endpoint received them), the verdicts, the saved state,
+    the log lines."""
+    config = TrackerConfig(
+        fast_model="openai/judge",
+        api_base=api_base,
+        api_key="k",
+        check_after_turns=1,
+        initial_interval=1,
+        min_interval=1,
+        max_retries=0,
+        semantic="off",
+    )
+
+    async def no_sleep(seconds: float) -> None:
+        pass
+
+    handler = _Collect()
+    logger = logging.getLogger("judge")
+    logger.addHandler(handler)
+    old_level = logger.level
+    logger.setLevel(logging.DEBUG)
+    try:
+        tracker = LoopTracker(config, sleep=no_sleep)
+        verdicts = []
+        for turns in range(1, 5):
+            verdict = await tracker.turn_started(_history(case, placement, turns))
+            verdicts.append(verdict.model_dump_json())
+        state = tracker.state.model_dump_json()
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(old_level)
+    return {"verdicts": "\n".join(verdicts), "state": state, "logs": "\n".join(handler.lines)}
+
+
+def hook_sinks(case: dict[str, Any], folder: Path) -> dict[str, str]:
+    """The Claude Code hook's state file after PostToolUse events carrying the case (in its
+    tool input, as a JSON result, coloured), and its stderr for a malformed event that
+    carries it."""
+    import contextlib
+    import io
+
+    from judge.integrations import claude_code
+
+    config = TrackerConfig(semantic="off")
+    line, coloured = case_line(case), case_line(case, ansi=True)
+    responses: list[Any] = [
+        f"checking\n{coloured}\n",
+        {"stdout": json.dumps({"out": f"checking\n{line}\n"}), "stderr": "", "exit_code": 1},
+    ]
+    for n, response in enumerate(responses * 2):
+        claude_code.handle_payload(
+            {
+                "hook_event_name": "PostToolUse",
+                "session_id": "s1",
+                "tool_name": "Bash",
+                "tool_input": {"command": f"gh auth status\n{line}"},
+                "tool_use_id": f"toolu_{n}",
+                "tool_response": response,
+            },
+            state_dir=folder,
+            config=config,
+        )
+    state = "\n".join(p.read_text(encoding="utf-8") for p in sorted(folder.rglob("*.json")))
+    err = io.StringIO()
+    bad_fields: list[dict[str, Any]] = [
+        {"tool_use_id": [line]},
+        {"error": {"message": line}},
+        {"stop_hook_active": line},
+    ]
+    for bad in bad_fields:
+        payload: dict[str, Any] = {
+            "hook_event_name": "PostToolUse",
+            "session_id": "s2",
+            "tool_name": "Bash",
+        }
+        payload.update(bad)
+        raw = io.BytesIO(json.dumps(payload).encode())
+        stdin = type("In", (), {"buffer": raw})()
+        with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+            old, sys.stdin = sys.stdin, stdin
+            try:
+                claude_code.answer_stdin(state_dir=str(folder))
+            finally:
+                sys.stdin = old
+    return {"hook_state": state, "hook_stderr": err.getvalue()}
+
+
+def _kept(value: str, text: str) -> bool:
+    """Whether a look-alike is still whole in ``text`` (raw or JSON-escaped)."""
+    escaped = json.dumps(value)[1:-1]
+    return value in text or escaped in text or json.dumps(escaped)[1:-1] in text
+
+
+def measure_independent(cases: list[str] | None = None) -> dict[str, Any]:
+    """Leaks per placement and sink, and look-alikes changed, on the independent corpus."""
+    import tempfile
+
+    if str(ROOT) not in sys.path:
+        sys.path.append(str(ROOT))  # tests.fault_server; after PYTHONPATH's judge
+    from tests.fault_server import FaultServer
+
+    corpus = load_independent()
+    secrets = [c for c in corpus["secrets"] if cases is None or c["id"] in cases]
+    lookalikes = [c for c in corpus["lookalikes"] if cases is None or c["id"] in cases]
+    leaks: dict[str, dict[str, list[str]]] = {p: {s: [] for s in SINKS} for p in PLACEMENTS}
+    false: dict[str, list[str]] = {p: [] for p in PLACEMENTS}
+    hook_leaks: dict[str, list[str]] = {"hook_state": [], "hook_stderr": []}
+    hook_false: list[str] = []
+    with FaultServer(_echoing_judge) as server:
+
+        async def run() -> None:
+            for case in secrets + lookalikes:
+                for placement in PLACEMENTS:
+                    start = len(server.requests)
+                    sinks = await run_placement(case, placement, server.api_base)
+                    sinks["prompt"] = "\n".join(
+                        r.json()["messages"][-1]["content"] for r in server.requests[start:]
+                    )
+                    if "secret" in case:
+                        for sink, text in sinks.items():
+                            if leaked(text, case["secrets"]):
+                                leaks[placement][sink].append(case["id"])
+                    elif not sinks["prompt"] or not _kept(case["value"], sinks["prompt"]):
+                        false[placement].append(case["id"])
+
+        anyio.run(run)
+    for case in secrets + lookalikes:
+        with tempfile.TemporaryDirectory() as folder:
+            hook = hook_sinks(case, Path(folder))
+        if "secret" in case:
+            for sink, text in hook.items():
+                if leaked(text, case["secrets"]):
+                    hook_leaks[sink].append(case["id"])
+        elif not _kept(case["value"], hook["hook_state"]):
+            hook_false.append(case["id"])
+    return {
+        "secret_cases": len(secrets),
+        "lookalike_cases": len(lookalikes),
+        "leaks": leaks,
+        "false_redactions": false,
+        "hook_leaks": hook_leaks,
+        "hook_false_redactions": hook_false,
+    }
+
+
+def print_independent(figures: dict[str, Any], *, verbose: bool = False) -> None:
+    n, m = figures["secret_cases"], figures["lookalike_cases"]
+    print(f"independent corpus: {n} secrets, {m} look-alikes; leaks per placement and sink")
+    print(f"{'placement':<12}" + "".join(f"{s:>10}" for s in SINKS[:4]) + f"{'false':>8}")
+    for placement, sinks in figures["leaks"].items():
+        cells = "".join(f"{len(sinks[s]):>10}" for s in SINKS[:4])
+        print(f"{placement:<12}{cells}{len(figures['false_redactions'][placement]):>8}")
+        if verbose:
+            for s in SINKS[:4]:
+                if sinks[s]:
+                    print(f"    {s}: {sinks[s]}")
+            if figures["false_redactions"][placement]:
+                print(f"    false: {figures['false_redactions'][placement]}")
+    hook = figures["hook_leaks"]
+    print(
+        f"hook: state file {len(hook['hook_state'])} of {n} leak, stderr "
+        f"{len(hook['hook_stderr'])}; look-alikes changed in the state file "
+        f"{len(figures['hook_false_redactions'])} of {m}"
+    )
+    if verbose:
+        print(f"    {hook} {figures['hook_false_redactions']}")
+
+
 def _timed(fn: Callable[[], dict[str, Any]]) -> dict[str, Any]:
     started = time.perf_counter()
     figures = fn()
@@ -377,7 +654,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--compare", action="store_true", help="also measure detect-secrets")
     parser.add_argument("--json", action="store_true", help="print the figures as JSON")
     parser.add_argument("--verbose", action="store_true", help="list the failing case ids")
+    parser.add_argument(
+        "--independent",
+        action="store_true",
+        help="only the independent corpus (tests/data/secrets/independent.json), per sink",
+    )
     args = parser.parse_args(argv)
+    if args.independent:
+        figures = _timed(measure_independent)
+        if args.json:
+            print(json.dumps(figures, indent=2))
+        else:
+            print_independent(figures, verbose=args.verbose)
+            print(f"{figures['seconds']} s")
+        return 0
     ours = Redactor()
     report: dict[str, Any] = {
         "redaction": _timed(lambda: measure_redaction(ours.redact)),

@@ -97,6 +97,7 @@ from __future__ import annotations
 
 import json
 import re
+from bisect import bisect_right
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from functools import cache, lru_cache
@@ -195,10 +196,23 @@ def _looks_random(value: str) -> bool:
     return len(value) >= 32 and mixed_case
 
 
+# First words of a value that tells the reader what to put there ("your-api-key-here").
+_PLACEHOLDER_LEADS = _wordset("your my insert enter replace put paste some dummy fake sample")
+_PLACEHOLDER_SPLIT = re.compile(r"[-_. ]")
+
+
 def _is_placeholder(value: str) -> bool:
     if value.startswith(("$", "{{", "<", "%", _MARKER_PREFIX)) or _MARKER_PREFIX in value:
         return True
-    if value.lower() in _PLACEHOLDERS:
+    lowered = value.lower()
+    if lowered in _PLACEHOLDERS:
+        return True
+    # AWS's documented example credentials (AKIAIOSFODNN7EXAMPLE and its secret, ending in
+    # EXAMPLEKEY) fill every tutorial; a random key ends so with negligible chance.
+    if value.endswith(("EXAMPLE", "EXAMPLEKEY")):
+        return True
+    words = _PLACEHOLDER_SPLIT.split(lowered)
+    if len(words) > 1 and words[0] in _PLACEHOLDER_LEADS and all(w.isalpha() for w in words):
         return True
     if value.startswith("[") and value.endswith("]"):
         return True  # [REDACTED], [hidden]: already masked by someone else
@@ -226,6 +240,15 @@ def _key_class(key: str) -> str | None:
             return None
         return "secret" if before in _SECRET_KEY_PREFIXES else "key"
     return None
+
+
+# Authorization schemes, never a credential by themselves ("Authorization: Bearer" and
+# nothing after it).
+_SCHEMES = _wordset("bearer basic token digest bot apikey key ssws oauth negotiate ntlm hoba")
+
+
+def _not_a_scheme(value: str) -> bool:
+    return value.lower() not in _SCHEMES
 
 
 def _value_ok(key_class: str | None, value: str) -> bool:
@@ -384,13 +407,15 @@ _ASSIGNMENT = re.compile(
     rf"(?=(?P<key>[A-Za-z_][A-Za-z0-9_.\-]{{0,{_KEY_MAX}}}))(?P=key){_Q}"
     r"(?P<assign>[ \t]*(?::=|=>|[:=])[ \t]*)(?=\\?[\"']|[^\s\"'`\\<>])"
 )
-_QUOTED_VALUE = re.compile(rf"\\?[\"'](?P<value>[^\"'\n\\]{{1,{_VALUE_MAX}}})")
+_QUOTED_VALUE = re.compile(rf"\\?[\"'](?P<value>[^\"'\n\\\x1b]{{1,{_VALUE_MAX}}})")
 # Env files: the value runs to whitespace or a quote (a Django key is full of punctuation).
-_ENV_VALUE = re.compile(rf"(?P<value>[^\s\"'`\\<>]{{1,{_VALUE_MAX}}})")
+_ENV_VALUE = re.compile(rf"(?P<value>[^\s\"'`\\<>\x1b]{{1,{_VALUE_MAX}}})")
 # Elsewhere it also ends at , ; & ( ) [ ] { } and takes "=" only as base64 padding.
-_PLAIN_VALUE = re.compile(rf"(?P<value>[^\s\"'`\\<>,;&()\[\]{{}}=]{{1,{_VALUE_MAX}}}={{0,3}})")
+_PLAIN_VALUE = re.compile(rf"(?P<value>[^\s\"'`\\<>,;&()\[\]{{}}=\x1b]{{1,{_VALUE_MAX}}}={{0,3}})")
 # Where a rejected value may still hide a nested pair: the search resumes at the first of these.
 _VALUE_SEPARATOR = re.compile(r"[\s;&,]")
+# What a clipped quote ends with (the detectors' summaries, our own clip marker).
+_CUT = "…."
 _ENV_KEY = re.compile(r"[A-Z][A-Z0-9_]*")
 _AUTH_SCHEME = re.compile(r"(?:bearer|basic|token|digest|bot|apikey|key)[ \t]+", re.IGNORECASE)
 
@@ -419,10 +444,11 @@ def _resolve_assignment(m: re.Match[str]) -> tuple[list[Span], int]:
             # API_KEY=os.getenv(...), SECRET=settings.secret: lowercase names, no digits,
             # which a generated key almost never starts with.
             code = _ENV_CODE.match(value) is not None or (
-                _is_dotted_name(value) and value.islower()
+                _is_dotted_name(value.rstrip(_CUT)) and value.islower()
             )
         else:
-            code = follows in ("(", "[") or _is_dotted_name(value)
+            # A summary's clipped quote ("auth = requests.au…") is still code.
+            code = follows in ("(", "[") or _is_dotted_name(value.rstrip(_CUT))
             if ":" in m.group("assign"):
                 # A type annotation: "api_key: SecretStr = ...", "password: str | None".
                 code = code or text[end : end + 3].lstrip().startswith(("=", "|"))
@@ -658,9 +684,12 @@ def _builtin_rules() -> tuple[_Rule, ...]:
         _PatternRule(
             "authorization",
             rf"\bauthorization{_HEADER_ASSIGN}"
-            r"(?:bearer|basic|token|digest|bot|apikey|key)[ \t]+"
-            r"(?P<secret>[^\s\"'\\,;]{4,4096})",
+            # Any scheme word (Bearer, Basic, SSWS, OAuth, Negotiate, a vendor's own) or
+            # none: whatever follows the header's name is the credential.
+            r"(?:[A-Za-z][A-Za-z0-9._-]{0,30}[ \t]+)?"
+            r"(?P<secret>[^\s\"'\\,;\x1b]{4,4096})",
             ("authorization",),
+            _not_a_scheme,
             flags=re.IGNORECASE,
         ),
         _PatternRule(
@@ -834,15 +863,127 @@ class _TriggerScan:
 def _spans_reference(rules: Sequence[_Rule], text: str) -> list[tuple[int, int, str]]:
     """`Redactor.spans` as it was before `_TriggerScan`: every rule's triggers checked one by
     one. Kept, unused at run time, so the tests can prove the fast path finds the same."""
-    if not text:
-        return []
-    lowered = text.lower()
-    found: list[tuple[int, int, int, str]] = []
-    for priority, rule in enumerate(rules):
-        if rule.triggers and not any(t in lowered for t in rule.triggers):
-            continue
-        found.extend((s, e, priority, kind) for kind, s, e in rule.spans(text) if e > s)
-    return _merge(found)
+
+    def one(view: str) -> list[tuple[int, int, int, str]]:
+        lowered = view.lower()
+        found: list[tuple[int, int, int, str]] = []
+        for priority, rule in enumerate(rules):
+            if rule.triggers and not any(t in lowered for t in rule.triggers):
+                continue
+            found.extend((s, e, priority, kind) for kind, s, e in rule.spans(view) if e > s)
+        return found
+
+    return _merge(_reader_spans(text, one)) if text else []
+
+
+# -- the text as its reader sees it ----------------------------------------------------------
+
+# What a reader never sees as written: JSON string escapes (a tool call's arguments are
+# JSON, so the line after "\n" starts a line only once decoded; "\r\n" ends an HTTP header
+# in a printed request) and terminal colour codes (raw, or JSON-escaped as \u001b), which
+# stand between a token and the boundary its rule looks for. One pass decodes one level of
+# escaping; a JSON text quoted inside a JSON string needs two.
+_UNSEEN = re.compile(
+    r"\\(?:u001[bB]\[[0-?]{0,32}[ -/]{0,8}[@-~]|u[0-9a-fA-F]{4}|[nrtbf\"\\/])"
+    r"|\x1b\[[0-?]{0,32}[ -/]{0,8}[@-~]"
+)
+_SIMPLE_ESCAPES = {
+    "n": "\n",
+    "r": "\r",
+    "t": "\t",
+    "b": "\b",
+    "f": "\f",
+    '"': '"',
+    "\\": "\\",
+    "/": "/",
+}
+# Levels of escaping decoded: JSON in a string in JSON (a command's JSON body in a tool
+# call's arguments) and one more; each level is one linear pass.
+VIEW_DEPTH = 3
+
+
+def _unescaped(unit: str) -> str:
+    """What one `_UNSEEN` unit shows its reader: nothing for a colour code."""
+    if unit[0] == "\x1b" or (unit[1] == "u" and unit[2:6].lower() == "001b" and len(unit) > 6):
+        return ""
+    if unit[1] == "u":
+        char = chr(int(unit[2:6], 16))
+        # A lone surrogate half (an escaped emoji) is shown as a character of its own.
+        return char if not 0xD800 <= ord(char) <= 0xDFFF else "\ufffd"
+    return _SIMPLE_ESCAPES[unit[1]]
+
+
+class _View:
+    """A text with one level of escapes decoded and colour codes dropped, and the way
+    back: a span found in the view is a span of the original covering whole escapes."""
+
+    __slots__ = ("_olen", "_opos", "_vend", "_vpos", "text")
+
+    def __init__(self, original: str) -> None:
+        parts: list[str] = []
+        self._vpos: list[int] = []  # where each decoded unit starts in the view
+        self._vend: list[int] = []  # and ends
+        self._opos: list[int] = []  # where it starts in the original
+        self._olen: list[int] = []  # its length there
+        at = shift = 0  # shift: view position minus original position
+        for m in _UNSEEN.finditer(original):
+            parts.append(original[at : m.start()])
+            shown = _unescaped(m.group())
+            parts.append(shown)
+            view_start = m.start() + shift
+            self._vpos.append(view_start)
+            self._vend.append(view_start + len(shown))
+            self._opos.append(m.start())
+            self._olen.append(m.end() - m.start())
+            shift += len(shown) - (m.end() - m.start())
+            at = m.end()
+        parts.append(original[at:])
+        self.text = "".join(parts)
+
+    def _unit(self, pos: int) -> int:
+        """The last unit starting at or before view position ``pos`` (-1: none)."""
+        return bisect_right(self._vpos, pos) - 1
+
+    def start(self, pos: int) -> int:
+        """The original position of view position ``pos`` (a unit's start when inside one)."""
+        u = self._unit(pos)
+        if u < 0:
+            return pos
+        if pos < self._vend[u]:
+            return self._opos[u]
+        return self._opos[u] + self._olen[u] + (pos - self._vend[u])
+
+    def end(self, pos: int) -> int:
+        """The original end of a span ending at view position ``pos`` (exclusive)."""
+        if pos <= 0:
+            return 0
+        u = self._unit(pos - 1)
+        if u >= 0 and pos - 1 < self._vend[u]:
+            return self._opos[u] + self._olen[u]
+        return self.start(pos - 1) + 1
+
+
+def _reader_spans(
+    text: str, spans_of: Callable[[str], list[tuple[int, int, int, str]]]
+) -> list[tuple[int, int, int, str]]:
+    """``spans_of`` the text as written and as read: each level of decoded escapes (up to
+    VIEW_DEPTH), colour codes dropped; every span in the original's positions."""
+    found = spans_of(text)
+    if "\\" not in text and "\x1b" not in text:
+        return found
+    views: list[_View] = []
+    current = text
+    while len(views) < VIEW_DEPTH and ("\\" in current or "\x1b" in current):
+        view = _View(current)
+        if view.text == current:
+            break
+        views.append(view)
+        current = view.text
+        for start, end, priority, kind in spans_of(current):
+            for back in reversed(views):
+                start, end = back.start(start), back.end(end)
+            found.append((start, end, priority, kind))
+    return found
 
 
 def _merge(spans: Sequence[tuple[int, int, int, str]]) -> list[tuple[int, int, str]]:
@@ -912,6 +1053,10 @@ class Redactor:
         """(start, end, kind) of every secret in ``text``, merged and in order."""
         if not text:
             return []
+        return _merge(_reader_spans(text, self._text_spans))
+
+    def _text_spans(self, text: str) -> list[tuple[int, int, int, str]]:
+        """(start, end, priority, kind) of what the rules find in ``text`` as it is."""
         present = self._scan.present(text.lower())
         if not present and not self._always:
             return []  # most texts: no rule's trigger word, so no rule can match
@@ -920,7 +1065,7 @@ class Redactor:
             if gate is not None and gate.isdisjoint(present):
                 continue
             found.extend((s, e, priority, kind) for kind, s, e in rule.spans(text) if e > s)
-        return _merge(found)
+        return found
 
     def redact(self, text: str) -> str:
         """``text`` with every secret replaced by its marker; unchanged if none."""
