@@ -250,13 +250,20 @@ def dump_attrs(obj: object, names: tuple[str, ...], pool: StepPool | None = None
 
 
 def load_attrs(
-    obj: object, names: tuple[str, ...], data: dict[str, Any], pool: StepPool | None = None
+    obj: object,
+    names: tuple[str, ...],
+    data: dict[str, Any],
+    pool: StepPool | None = None,
+    optional: frozenset[str] = frozenset(),
 ) -> None:
-    missing = [n for n in names if n not in data]
+    """Set each of ``names`` from ``data``; one of ``optional`` that a state saved by an
+    earlier version lacks keeps the value it has (its reset value)."""
+    missing = [n for n in names if n not in data and n not in optional]
     if missing:
         raise StateError(f"{type(obj).__name__} state lacks {missing}")
     for name in names:
-        setattr(obj, name, decode(data[name], pool))
+        if name in data:
+            setattr(obj, name, decode(data[name], pool))
 
 
 # -- one copy of each long string -------------------------------------------------------

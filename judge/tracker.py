@@ -378,6 +378,7 @@ class LoopTracker:
                 self._responder.ladder.relocate(found[-1] if found else None)
         for msg in reading.new:
             self._suite.feed(msg)
+        self._suite.read()
         # Detector windows survive a new prompt on purpose: a user saying "try again" does
         # not make the agent's next identical failure any less of a loop.
         if reading.new_prompt and self.config.count_scope == "prompt":
@@ -485,15 +486,17 @@ class LoopTracker:
         call = ToolCall(id=None, name=name, arguments=canonical, canonical=canonical, parsed=parsed)
         call = self._conversation.scrubbed(call)
         findings = self._suite.preflight(call)
-        loop = next((f for f in findings if f.score >= SINGLE_SCORE), None)
         suspicion = max((f.score for f in findings), default=0.0)
-        if loop is None:
-            return Verdict(turn=self.turn, suspicion=suspicion)
-        if self._spoken_since(loop):
+        # The same rule as a turn's: a pattern a person overrode is not a loop, whichever
+        # detector happens to come first.
+        loops = [f for f in findings if f.score >= SINGLE_SCORE]
+        loop = next((f for f in loops if not self._responder.silenced(f.pattern)), None)
+        if loop is None or self._spoken_since(loop):
             if refuse:
-                self._suite.lift_refusal()
-            return Verdict(turn=self.turn, suspicion=SUSPICION_SCORE)
-        # The same verdict path as a turn's: an overridden pattern is not a loop here.
+                self._suite.allowed(call)
+            if loop is None and loops:
+                suspicion = min(suspicion, SUSPICION_SCORE)
+            return Verdict(turn=self.turn, suspicion=suspicion if loop is None else SUSPICION_SCORE)
         if not refuse:
             return self._responder.preview_verdict(loop, turn=self.turn)
         verdict = self._responder.refusal_verdict(loop, turn=self.turn)

@@ -7,6 +7,7 @@ subclass that reads its messages plays an agent that obeys the recovery message.
 
 from __future__ import annotations
 
+import contextlib
 import subprocess
 import sys
 from collections.abc import AsyncIterator, Sequence
@@ -323,3 +324,35 @@ def test_importing_judge_imports_no_framework() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_a_stop_left_by_a_run_that_ended_first_never_ends_a_later_request() -> None:
+    """A preflight's stop is acted on at the next model call of that run; when the run
+    ends first (its recursion limit), the person's next request on the thread is served,
+    not ended with the old stop."""
+    from langgraph.errors import GraphRecursionError
+
+    served = 0
+    for limit in range(14, 30):
+        model = ToolCallingFake(responses=[_call(10)])
+        agent = create_agent(
+            model,
+            tools=[_tool([])],
+            middleware=[LoopJudgeMiddleware(TrackerConfig(semantic="off"))],
+            checkpointer=InMemorySaver(),
+        )
+        thread = {"configurable": {"thread_id": f"t-{limit}"}}
+        try:
+            agent.invoke(PROMPT, {"recursion_limit": limit, **thread})
+            continue  # the stop ended this run in time
+        except GraphRecursionError:
+            pass
+        before = model.calls
+        with contextlib.suppress(GraphRecursionError):  # it may loop again: that is fine
+            agent.invoke(
+                {"messages": [{"role": "user", "content": "forget that; what is 2 + 2?"}]},
+                {"recursion_limit": 60, **thread},
+            )
+        assert model.calls > before, limit  # the model was asked the new request
+        served += 1
+    assert served  # at least one run ended before its stop was acted on

@@ -181,5 +181,98 @@ async def test_a_refused_read_stays_refused_whatever_the_tool_is_called() -> Non
         await agent.step("get_weather", {"city": "Paris"}, weather)
     assert agent.ran == 3
     assert [v.action for v in agent.refusals[:4]] == LADDER
-    assert "read 'city=paris' 3x in a row" in (agent.refusals[0].summary or "")
+    assert "read with the same arguments 3x in a row" in (agent.refusals[0].summary or "")
     assert not any(agent.turns)
+
+
+async def test_several_refusals_before_a_turn_keep_the_chain() -> None:
+    """Parallel calls: two identical calls refused before the next turn, both echoed in
+    one message; neither echo is read as an attempt with a new result."""
+    tracker = LoopTracker(CONFIG)
+    agent = Agent(tracker)
+    for _ in range(2):
+        await agent.step("bash", PYTEST, FAILURE)
+    first, second = tracker.check_call("bash", PYTEST), tracker.check_call("bash", PYTEST)
+    assert first.looping and second.looping
+    calls = [{"id": f"p{n}", "type": "function", "function": {"name": "bash"}} for n in range(2)]
+    for call in calls:
+        call["function"]["arguments"] = json.dumps(PYTEST)
+    agent.history.append({"role": "assistant", "content": "", "tool_calls": calls})
+    for verdict, call in zip((first, second), calls, strict=True):
+        result = verdict.recovery_message or "refused"
+        agent.history.append({"role": "tool", "tool_call_id": call["id"], "content": result})
+    assert not await tracker.turn_started(agent.history)
+    third = tracker.check_call("bash", PYTEST)
+    assert [v.action for v in (first, second, third)] == LADDER[:3]
+
+
+async def test_a_call_allowed_after_an_override_is_read_as_it_ran() -> None:
+    """Refused, never echoed (a hook that skips denied calls), then a person overrides
+    and the call runs: its real result is read, not taken for the refusal's echo."""
+    agent = Agent(LoopTracker(CONFIG), echo=False)
+    for _ in range(3):
+        await agent.step("bash", PYTEST, FAILURE)
+    assert agent.ran == 2 and len(agent.refusals) == 1
+    agent.tracker.override(agent.refusals[0], "it is flaky, retry it")
+    assert not await agent.step("bash", PYTEST, "1 passed in 0.10s")
+    assert agent.ran == 3
+    # The passing run was read: the repeat detector's run of failures is over, a new run
+    # of one passing call began (as its saved state shows).
+    exact = agent.tracker.state.detectors["detectors"]["exact_repeat"]
+    assert exact["_count"] == 1 and exact["_all_failed"] is False
+
+
+async def test_an_override_of_one_detectors_pattern_leaves_the_others() -> None:
+    """Three identical reads are both an exact repeat and a re-read: overriding the one
+    the turn showed does not let the call through while the other still holds."""
+    agent = Agent(LoopTracker(CONFIG))
+    for _ in range(4):
+        await agent.step("bash", {"command": "cat src/app.py"}, "def total(x): return x")
+    flagged = next(v for v in agent.refusals + agent.turns if v)
+    agent.tracker.override(flagged, "I am editing it in another window")
+    again = agent.tracker.check_call("bash", {"command": "cat src/app.py"})
+    assert again.looping and again.pattern != flagged.pattern
+
+
+async def test_a_read_with_another_offset_is_not_refused() -> None:
+    """The preflight only refuses the identical call: another page, offset or range may
+    read something new, which only its result can tell."""
+    agent = Agent(LoopTracker(CONFIG))
+    page = "def total(x): return x"
+    for _ in range(3):
+        await agent.step("read_file", {"path": "src/app.py", "offset": 0}, page)
+    assert agent.tracker.check_call("read_file", {"path": "src/app.py", "offset": 0})
+    for args in (
+        {"path": "src/app.py", "offset": 50},
+        {"path": "tests/app.py", "offset": 0},
+        {"path": "src/app.py", "offset": 0, "limit": 20},
+    ):
+        assert not agent.tracker.check_call("read_file", args), args
+
+
+async def test_a_state_saved_before_refusals_existed_still_loads() -> None:
+    tracker = LoopTracker(CONFIG)
+    agent = Agent(tracker)
+    for _ in range(2):
+        await agent.step("bash", PYTEST, FAILURE)
+    state = json.loads(tracker.state.model_dump_json())
+    saved = state["detectors"]["detectors"]
+    saved["exact_repeat"].pop("_refused")
+    for name in ("_refused", "_run_result", "_run_call"):
+        saved["revisit"].pop(name)
+    restored = LoopTracker.from_state(CONFIG, state)
+    assert restored.check_call("bash", PYTEST).looping
+
+
+async def test_no_refusal_once_the_ttl_window_has_expired() -> None:
+    now = [1_000.0]
+    config = TrackerConfig(semantic="off", ttl_seconds=60)
+    tracker = LoopTracker(config)
+    tracker._suite._clock = lambda: now[0]  # the window's clock, moved by hand
+    agent = Agent(tracker)
+    for _ in range(2):
+        await agent.step("bash", PYTEST, FAILURE)
+    assert tracker.check_call("bash", PYTEST, refuse=False).looping
+    now[0] += 3_600
+    assert not tracker.check_call("bash", PYTEST)
+    assert tracker.detections == 0

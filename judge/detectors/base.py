@@ -51,8 +51,10 @@ class Detector(Protocol):
     ``from_state`` declares ``STATE``, the names of the attributes that hold it (scalars,
     tuples, deques, dicts, `Message`, `Step` and `Finding` values round-trip exactly). A
     detector without ``STATE`` works, but saving the tracker raises `judge.StateError`
-    naming it. Each `Finding` cites the newest message it rests on in ``evidence``: a
-    finding that cites only messages a loop verdict already answered never flags again.
+    naming it. Names in an optional ``STATE_OPTIONAL`` set may be missing from a state
+    saved before they were added; they keep their reset value. Each `Finding` cites the
+    newest message it rests on in ``evidence``: a finding that cites only messages a loop
+    verdict already answered never flags again.
     """
 
     name: str

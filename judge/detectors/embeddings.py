@@ -24,6 +24,7 @@ import functools
 import gzip
 import importlib.util
 import logging
+import os
 import threading
 from collections import OrderedDict
 from importlib import resources
@@ -163,6 +164,20 @@ def preload() -> None:
             return
         _preloading = True
     threading.Thread(target=_load_quietly, name="loop-judge-load-embedder", daemon=False).start()
+
+
+def _after_fork_in_child() -> None:
+    """A child forked while the model was loading holds locks no thread of its own will
+    release, and a load that will never finish: start both over, so its first request to
+    embed loads the model itself instead of waiting for ever."""
+    global _lock, _preload_lock, _preloading, _cached_lock
+    _lock, _preload_lock, _cached_lock = threading.Lock(), threading.Lock(), threading.Lock()
+    if _model is None:
+        _preloading = False
+
+
+if hasattr(os, "register_at_fork"):  # not on Windows, which has no fork
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 class CachedEmbedder:

@@ -56,6 +56,8 @@ class ExactRepeatDetector:
         "_recent",
         "_refused",
     )
+    # Attributes a state saved before they existed may lack (their reset value is kept).
+    STATE_OPTIONAL = frozenset({"_refused"})
 
     def __init__(
         self,

@@ -24,6 +24,7 @@ from __future__ import annotations
 import re
 from collections import deque
 from collections.abc import Callable
+from hashlib import blake2b
 from typing import Any
 
 from judge.detectors.base import LOOP_SCORE, SUSPICION_CAP, Event, Finding, near_miss, short
@@ -84,6 +85,10 @@ _POLL_PARTS = frozenset(
         "results",
     }
 )  # fmt: skip
+# The target of a read named by its arguments alone: a digest of them follows.
+_ARGUMENTS_TARGET = "arg:"
+# Canonical arguments of a call that names nothing (judge.history.canonical_arguments).
+_NO_ARGUMENTS = frozenset({"", "{}", "[]", "null"})
 _NAME_SPLIT = re.compile(r"[_\-.:/\s]+|(?<=[a-z])(?=[A-Z])")
 _EXTENSION = re.compile(r"\.[A-Za-z][A-Za-z0-9]{0,7}$")
 _NON_WORD = re.compile(r"[^0-9a-z]+")
@@ -164,9 +169,11 @@ def call_target(call: ToolCall) -> str | None:
             targets.append("path:" + _path(value))
         elif key in _QUERY_KEYS:
             targets.append("q:" + _query(value))
-    if not targets and leaves and not _polls(call.name):
-        # No path, URL or query: the arguments themselves name what is read.
-        targets = [f"arg:{key}={_query(value)}" for key, value in leaves]
+    if not targets and call.canonical not in _NO_ARGUMENTS and not _polls(call.name):
+        # No path, URL or query: the arguments themselves (numbers too) name what is read.
+        # A digest: they may hold anything, a secret included, and only equality matters.
+        digest = blake2b(call.canonical.encode("utf-8", "replace"), digest_size=8).hexdigest()
+        targets = [_ARGUMENTS_TARGET + digest]
     return "|".join(sorted(set(targets))) if targets else None
 
 
@@ -177,7 +184,9 @@ class RevisitDetector:
     name = "revisit"
     # call steps, and user messages: a person's words between two reads break the run
     # Attributes that make up the detector's state (serialized by LoopTracker.state).
-    STATE = ("_run", "_window", "_latest", "_current", "_refused", "_run_result")
+    STATE = ("_run", "_window", "_latest", "_current", "_refused", "_run_result", "_run_call")
+    # Attributes a state saved before they existed may lack (their reset value is kept).
+    STATE_OPTIONAL = frozenset({"_refused", "_run_result", "_run_call"})
 
     def __init__(self, unlimited: Callable[[str], bool] | None = None) -> None:
         # Tools whose successful repeats are never a loop (``tool_limits`` of 0): their
@@ -195,8 +204,10 @@ class RevisitDetector:
         self._current: Finding | None = None
         # Reads of the current run refused before they ran (`refused`): attempts too.
         self._refused = 0
-        # The current run's result as its finding quotes it (for a preflight's finding).
+        # The current run's result as its finding quotes it, and its last call's signature:
+        # a preflight can only tell that the identical call would read the same again.
         self._run_result = ""
+        self._run_call = ""
 
     def observe(self, event: Event) -> Finding | None:
         if isinstance(event, Message):
@@ -236,6 +247,7 @@ class RevisitDetector:
             self._refused = 0
         self._run = (tool, target, key, edits, indices, count)
         self._run_result = short(step.result or "", 200)
+        self._run_call = step.signature
         return self._run_finding(self._run_result)
 
     def _run_finding(self, result: str, *, proposed: bool = False) -> Finding | None:
@@ -248,8 +260,13 @@ class RevisitDetector:
         if attempts < READ_RUN_LIMIT:
             return None
         looping = attempts > READ_RUN_LIMIT
+        what = (
+            "with the same arguments"
+            if target.startswith(_ARGUMENTS_TARGET)
+            else repr(short(target.split(":", 1)[-1], 40))
+        )
         summary = (
-            f"{tool} read {short(target.split(':', 1)[-1], 40)!r} {count}x in a row "
+            f"{tool} read {what} {count}x in a row "
             "and got the same result each time, with nothing changed in between"
         )
         if proposed:
@@ -276,12 +293,12 @@ class RevisitDetector:
         )
 
     def _extends_run(self, call: ToolCall) -> bool:
-        run = self._run
-        if run is None or run[0] != call.name:
+        """Whether ``call`` is the run's own call again. Only the identical call: a read
+        of the same target worded differently (another offset, page or range) may well
+        return something new, which only its result can tell, at the next turn."""
+        if self._run is None or call.signature != self._run_call:
             return False
-        if self._unlimited is not None and self._unlimited(call.name):
-            return False
-        return call_target(call) == run[1]
+        return self._unlimited is None or not self._unlimited(call.name)
 
     def preflight(self, call: ToolCall) -> Finding | None:
         """What ``call``, made next, would bring (`judge.detectors.base.Preflight`): a read

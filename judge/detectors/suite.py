@@ -131,15 +131,17 @@ class DetectorSuite:
         self._steps = StepBuilder()
         self._findings: dict[str, Finding] = {}
         self._last_step_at: float | None = None
-        # The signature of a call refused since the last step: its echo in the history
-        # (the call with our refusal, or a framework's, as its result) is not a new step.
-        self._refused: str | None = None
+        # Signatures of the calls refused since the history was last read, one entry per
+        # refusal: their echoes in the history (each call with our refusal, or a
+        # framework's, as its result) are not new steps. An echo comes in the next reading
+        # or never (a hook that never records a denied call), so the list is emptied then.
+        self._echoes: list[str] = []
 
     def reset(self) -> None:
         self._steps.reset()
         self._findings.clear()
         self._last_step_at = None
-        self._refused = None
+        self._echoes = []
         for detector in self.detectors:
             detector.reset()
 
@@ -171,25 +173,36 @@ class DetectorSuite:
         steps = self._steps.feed(msg)
         if steps:
             for step in steps:
-                if self._refused is not None:
-                    refused, self._refused = self._refused, None
-                    if step.signature == refused:
-                        # The refused attempt as the history records it: the detectors
-                        # already counted it when it was refused, and its "result" is
-                        # the refusal, not something the tool said.
-                        continue
+                if step.signature in self._echoes:
+                    # A refused attempt as the history records it: the detectors counted
+                    # it when it was refused, and its "result" is the refusal, not
+                    # something the tool said.
+                    self._echoes.remove(step.signature)
+                    continue
                 self._expire()
                 self._observe(step, self.detectors)
 
+    def read(self) -> None:
+        """The history has been read up to now: an echo of a refusal not in it never
+        comes (a hook that does not record a denied call), so none is awaited any more,
+        and a later run of the same call is read as the run it is."""
+        self._echoes.clear()
+
     def preflight(self, call: ToolCall) -> list[Finding]:
-        """What each detector that can tell (`Preflight`) says ``call`` would bring."""
+        """What each detector that can tell (`Preflight`) says ``call`` would bring. With
+        ``ttl_seconds``, nothing once the window has expired: the next step forgets it."""
+        ttl = self.config.ttl_seconds
+        last = self._last_step_at
+        if ttl is not None and last is not None and self._clock() - last > ttl:
+            return []
         found = (d.preflight(call) for d in self.detectors if isinstance(d, Preflight))
         return [f for f in found if f is not None]
 
     def refuse(self, call: ToolCall) -> None:
         """``call`` was refused on a loop finding (``check_call``): it counts as an attempt
-        (`Refusal` detectors), and its echo, the next step with its signature, is skipped."""
-        self._refused = call.signature
+        (`Refusal` detectors), and its echo, a step with its signature in the next reading
+        of the history, is skipped."""
+        self._echoes.append(call.signature)
         for detector in self.detectors:
             if isinstance(detector, Refusal):
                 found = detector.refused(call)
@@ -198,10 +211,11 @@ class DetectorSuite:
                 else:
                     self._findings.pop(detector.name, None)
 
-    def lift_refusal(self) -> None:
-        """A refused call is allowed once after all (a person spoke since): when it runs,
-        its result is the tool's own and must be read."""
-        self._refused = None
+    def allowed(self, call: ToolCall) -> None:
+        """``call`` was allowed (a person spoke since it was refused, or overrode the
+        loop): when it runs, its result is the tool's own and must be read."""
+        while call.signature in self._echoes:
+            self._echoes.remove(call.signature)
 
     def findings(self) -> list[Finding]:
         """What each detector currently suspects (at most one finding per detector). Whether
@@ -219,8 +233,8 @@ class DetectorSuite:
             "pool": pool.table,
             "detectors": detectors,
         }
-        if self._refused is not None:  # only while a refusal waits for its echo
-            data["refused"] = self._refused
+        if self._echoes:  # only while refusals wait for their echoes
+            data["refused"] = list(self._echoes)
         return data
 
     def restore(self, data: dict[str, Any]) -> None:
@@ -228,7 +242,7 @@ class DetectorSuite:
             load_attrs(self._steps, StepBuilder.STATE, data["steps"])
             self._findings = decode(data["findings"])
             self._last_step_at = data["last_step_at"]
-            self._refused = data.get("refused")
+            self._echoes = list(data.get("refused", ()))
             pool = StepPool(data["pool"])
             saved = data["detectors"]
         except KeyError as exc:
@@ -239,7 +253,8 @@ class DetectorSuite:
                     f"no saved state for detector {detector.name!r}; was the "
                     "tracker saved with another configuration?"
                 )
-            load_attrs(detector, _state_names(detector), saved[detector.name], pool)
+            optional = frozenset(getattr(detector, "STATE_OPTIONAL", ()))
+            load_attrs(detector, _state_names(detector), saved[detector.name], pool, optional)
 
     def detector(self, name: str) -> Detector | None:
         return next((d for d in self.detectors if d.name == name), None)

@@ -46,6 +46,7 @@ import logging
 import threading
 import uuid
 import weakref
+from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Annotated, Any, Final, Literal, TypeVar
@@ -95,6 +96,9 @@ logger = logging.getLogger("judge.integrations.langchain")
 # of the ids of the messages this middleware adds (so code can tell them apart).
 METADATA_KEY = "loop_judge"
 MESSAGE_ID_PREFIX = "loop-judge-"
+# Stops given by preflights and not yet acted on, kept at most: one per conversation in
+# flight, and a stale one (a run that ended first) is dropped by the next request anyway.
+MAX_PENDING_STOPS = 1024
 # The state key that names the conversation's tracker (private: not in the agent's input
 # or output schema, but checkpointed with the thread).
 SESSION_KEY: Final = "loop_judge_session"
@@ -261,8 +265,12 @@ class LoopJudgeMiddleware(AgentMiddleware[LoopJudgeState, Any, Any]):
         )
         self.exit_behavior: ExitBehavior = exit_behavior
         # Stop verdicts given by a preflight (a tool call cannot end the run itself), by
-        # session: the next model call of that session ends the run with it.
-        self._stops: dict[str, Verdict] = {}
+        # session, with the id of the refusal's ToolMessage: the next model call of that
+        # session ends the run with it, if that refusal is what the model would read now
+        # (a run that ended otherwise, at its recursion limit, leaves a stale one behind,
+        # which a later request must not act on). Bounded: a checkpointer-less session
+        # that ends that way never comes back.
+        self._stops: OrderedDict[str, tuple[Verdict, str]] = OrderedDict()
         self._portal = _Portal()
         weakref.finalize(self, self._portal.close)
 
@@ -275,7 +283,12 @@ class LoopJudgeMiddleware(AgentMiddleware[LoopJudgeState, Any, Any]):
             session = uuid.uuid4().hex
             update[SESSION_KEY] = session
         stopped = self._stops.pop(session, None)
-        verdict = stopped or await self._sessions.turn(session, state["messages"])
+        messages = state["messages"]
+        if stopped is not None and not (
+            messages and getattr(messages[-1], "id", None) == stopped[1]
+        ):
+            stopped = None  # not the run the refusal ended: a later request
+        verdict = stopped[0] if stopped else await self._sessions.turn(session, messages)
         if verdict and verdict.action in STOP_ACTIONS:
             if self.exit_behavior == "error":
                 raise LoopDetected(verdict, session=session)
@@ -316,13 +329,18 @@ class LoopJudgeMiddleware(AgentMiddleware[LoopJudgeState, Any, Any]):
             )
             if self.exit_behavior == "error":
                 raise LoopDetected(verdict, session=session)
-            self._stops[session] = verdict
-        return ToolMessage(
+        refusal = ToolMessage(
             content=verdict.recovery_message or verdict.summary or "loop detected",
             tool_call_id=call["id"] or "",
             name=call["name"],
             status="error",
+            id=f"{MESSAGE_ID_PREFIX}{uuid.uuid4().hex}",
         )
+        if verdict.action in STOP_ACTIONS:
+            self._stops[session] = (verdict, str(refusal.id))
+            while len(self._stops) > MAX_PENDING_STOPS:
+                self._stops.popitem(last=False)
+        return refusal
 
     async def awrap_tool_call(
         self,

@@ -370,6 +370,10 @@ class Responder:
         step = self.ladder.preview(finding.pattern)
         return self.publish(self._finding_verdict(finding, step, turn=turn, evidence=evidence))
 
+    def silenced(self, pattern: str) -> bool:
+        """Whether a person's override keeps ``pattern`` from flagging now."""
+        return self.ladder.silenced(pattern)
+
     def refusal_verdict(self, finding: Finding, *, turn: int) -> Verdict:
         """The verdict of a call ``check_call`` refuses on ``finding``: a detection like a
         turn's (the ladder climbs, stats and logs count it, the texts are the same), so
