@@ -248,18 +248,15 @@ async def test_crafted_analyses_over_http_never_reach_the_recovery_message() -> 
     _import_litellm()
     analyses = [CRAFTED[k] for k in sorted(CRAFTED)]
 
+    requests: list[Request] = []
+
     def reply(request: Request) -> Reply:
         # One crafted analysis per check, the same for its fast and confirm calls.
-        return completion(answer(0.95, analyses[min(len(seen) // 2, len(analyses) - 1)]))
+        check = len(requests) // 2
+        requests.append(request)
+        return completion(answer(0.95, analyses[min(check, len(analyses) - 1)]))
 
-    seen: list[None] = []
-
-    def counted(request: Request) -> Reply:
-        response = reply(request)
-        seen.append(None)
-        return response
-
-    with FaultServer(counted) as server:
+    with FaultServer(reply) as server:
         tracker = LoopTracker(
             TrackerConfig(
                 fast_model="openai/fast",
