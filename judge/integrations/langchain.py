@@ -77,7 +77,7 @@ from judge.history import ROLES
 from judge.integrations._session_turns import STOP_ACTIONS, TELL_ACTIONS, Sessions
 from judge.llm._litellm import LLMClient
 from judge.service.store import SessionStore
-from judge.verdict import Verdict
+from judge.verdict import Origin, Verdict
 
 if TYPE_CHECKING:
     from anyio.from_thread import BlockingPortal
@@ -220,7 +220,11 @@ class _Portal:
 
 
 def _stop_message(verdict: Verdict) -> AIMessage:
-    text = verdict.explanation or verdict.summary or "Stopped: the agent was looping."
+    # The message stays in the thread, which the model reads if it is resumed: a judge's
+    # explanation quotes the judge model's own words, which must never reach the agent,
+    # so a judge's stop says only its summary (our facts).
+    person = verdict.explanation if verdict.origin is not Origin.LLM else None
+    text = person or verdict.summary or "Stopped: the agent was looping."
     essentials = {
         "kind": verdict.kind.value if verdict.kind else None,
         "action": verdict.action.value,
