@@ -377,13 +377,14 @@ PLACEMENTS = (
     "json_result",
     "ansi",
     "http_dump",
-    "long",
+    "long_judge",
+    "long_kept",
     "assistant",
 )
 # Where a secret could end up (see `run_placement` and `hook_sinks`).
 SINKS = ("prompt", "verdicts", "state", "logs", "hook_state", "hook_stderr")
-# Characters of filler around the line of a long message: past the judge's clip of the
-# tool result (TrackerConfig.max_message_chars, 2000) and past the 4x pre-clip.
+# Characters of filler after the line of a long message: past the judge's clip of a tool
+# result (TrackerConfig.max_message_chars, 2000) and past what the tracker keeps of it (4x).
 LONG_FILLER = 9_000
 ANSI_ON, ANSI_OFF = "\x1b[1;33m", "\x1b[0m"
 
@@ -408,7 +409,7 @@ def _long_text(line: str, limit: int) -> str:
     keep = max(limit - 40, 2)
     head = keep * 2 // 3
     filler = "".join(f"step {i:05d}: ok\n" for i in range(LONG_FILLER // 16))
-    before = filler[: max(head - 12, 0)]
+    before = filler[: max(head - 12, 0)].rpartition("\n")[0] + "\n"
     return before + line + "\n" + filler
 
 
@@ -428,8 +429,10 @@ def placed(case: dict[str, Any], placement: str) -> tuple[dict[str, Any], str, s
         # A request printed as Python prints bytes: \r\n are two characters each.
         dump = f"POST /v1/deploy HTTP/1.1\r\nHost: api.example.com\r\n{line}\r\n\r\n"
         result = "> sent " + repr(dump.encode("utf-8"))
-    elif placement == "long":
-        result = _long_text(line, 2_000)
+    elif placement == "long_judge":
+        result = _long_text(line, 2_000)  # across the judge's clip of a tool result
+    elif placement == "long_kept":
+        result = _long_text(line, 8_000)  # across the cut of what the tracker keeps
     elif placement == "assistant":
         said = f"The check printed this:\n{line}\nI will run it again."
     return arguments, result, said
@@ -596,7 +599,9 @@ def measure_independent(cases: list[str] | None = None) -> dict[str, Any]:
                         for sink, text in sinks.items():
                             if leaked(text, case["secrets"]):
                                 leaks[placement][sink].append(case["id"])
-                    elif not sinks["prompt"] or not _kept(case["value"], sinks["prompt"]):
+                    elif not sinks["prompt"] or "[REDACTED:" in sinks["prompt"]:
+                        # A marker anywhere: the corpus's texts hold nothing else to hide
+                        # (a long message's look-alike may be clipped away, not changed).
                         false[placement].append(case["id"])
 
         anyio.run(run)

@@ -17,7 +17,7 @@ from typing import Any
 
 from judge._codec import decode, encode
 from judge.history import RESULT_ROLES, HistoryCursor, Message, ToolCall
-from judge.llm.transcript import SCRUB_MARGIN, clip, judge_window
+from judge.llm.transcript import SCRUB_MARGIN, clip_whole, judge_window
 from judge.user_turns import UserMessageKind, classify_user, digest
 
 # Extra normalized messages kept beyond the judge window so that trimming a dangling call
@@ -36,11 +36,15 @@ class Reading:
 
 def _for_judge(msg: Message, message_chars: int) -> Message:
     """The message as the judge may see it: content beyond what the transcript could ever
-    keep is cut here, so the recent window (and the saved state) stays small."""
+    keep is cut here, so the recent window (and the saved state) stays small. The cuts
+    avoid secrets (`clip_whole`): the judge's redaction comes later, and a secret cut in
+    two here would reach it as pieces no rule recognises."""
     keep = message_chars * SCRUB_MARGIN
     if len(msg.content) <= keep:
         return msg
-    return dataclasses.replace(msg, content=clip(msg.content, keep))
+    from judge.llm.redaction import default_redactor
+
+    return dataclasses.replace(msg, content=clip_whole(msg.content, keep, default_redactor().spans))
 
 
 class Conversation:

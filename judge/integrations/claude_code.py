@@ -41,7 +41,7 @@ import re
 import sys
 import tempfile
 import time
-from collections.abc import Coroutine, Iterator, Mapping, Sequence
+from collections.abc import Callable, Coroutine, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from hashlib import blake2b
 from pathlib import Path
@@ -55,6 +55,7 @@ from judge.verdict import Action, Verdict
 
 if TYPE_CHECKING:
     from judge.config import TrackerConfig
+    from judge.llm.redaction import Redactor
     from judge.response.telemetry import Telemetry
     from judge.tracker import LoopTracker
 
@@ -147,7 +148,9 @@ class HookEvent:
         tool_name = _text_field(payload, "tool_name", required=name in _TOOL_EVENTS)
         stop_active = payload.get("stop_hook_active", False)
         if not isinstance(stop_active, bool):
-            raise HookInputError(f"stop_hook_active must be true or false, got {stop_active!r}")
+            raise HookInputError(
+                f"stop_hook_active must be true or false, got {type(stop_active).__name__}"
+            )
         return cls(
             name=name,
             session_id=session,
@@ -175,7 +178,9 @@ def _text_field(payload: Mapping[str, Any], name: str, *, required: bool = False
             raise HookInputError(f"hook input has no {name!r}")
         return None
     if not isinstance(value, str) or (required and not value):
-        raise HookInputError(f"{name!r} must be a non-empty string, got {value!r}")
+        # The type only, never the value: an error line reaches stderr and logs, and a
+        # field of the payload can quote anything the agent read.
+        raise HookInputError(f"{name!r} must be a non-empty string, got {type(value).__name__}")
     return value
 
 
@@ -261,8 +266,10 @@ class PendingCall(BaseModel):
 class SessionState(BaseModel):
     """Everything one session's hook remembers between invocations (the state file).
 
-    It quotes the conversation (the tracker's recent messages, pending calls' inputs): the
-    file is created readable by its owner only.
+    It quotes the conversation (the tracker's recent messages, the last message fed,
+    pending calls' inputs), all of it redacted as the tracker's own saved state is (with
+    ``redact_secrets`` on, the default); the file is also created readable by its owner
+    only.
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -461,6 +468,8 @@ class HookSession:
         self._telemetry = telemetry
         self._state = state if state is not None else SessionState()  # ours from now on
         self._tracker: LoopTracker | None = None
+        # What redacts the state file's messages (`_redaction`), once built.
+        self._redaction_built: tuple[tuple[Redactor, Callable[[Any], Any]] | None] | None = None
 
     @property
     def tracker(self) -> LoopTracker:
@@ -608,8 +617,48 @@ class HookSession:
         verdict = await tracker.turn_started(history)
         if new:
             self._state.fed += len(new)
-            self._state.last_fed = new[-1]
+            self._state.last_fed = self._redacted(new[-1])
         return verdict
+
+    # -- what the state file may hold ----------------------------------------------------
+
+    def _redaction(self) -> tuple[Redactor, Callable[[Any], Any]] | None:
+        """The tracker's redactor and its redacting reader (judge.state.redacting_reader);
+        None with ``redact_secrets`` off. Built once per session object."""
+        if self._redaction_built is None:
+            from judge.llm.redaction import redactor_for
+            from judge.state import redacting_reader
+
+            config = self.tracker.config
+            redactor = redactor_for(enabled=config.redact_secrets, patterns=config.redact_patterns)
+            built = (redactor, redacting_reader(redactor)) if redactor is not None else None
+            self._redaction_built = (built,)
+        return self._redaction_built[0]
+
+    def _redacted(self, raw: Any) -> Any:
+        """``raw`` (a message the hook built, a call's input) as the state file keeps it.
+
+        The restored tracker reads every message through the same reader before it
+        compares (its cursor checks that the last message it read is still in place), so
+        a message kept redacted compares as the raw one did: the reader leaves a redacted
+        text as it is. The JSON text of the whole value is redacted first, so a secret
+        known only by its key (``{"password": ...}``) is found with its key beside it.
+        """
+        redaction = self._redaction()
+        if redaction is None:
+            return raw
+        redactor, read = redaction
+        try:
+            text = json.dumps(raw, ensure_ascii=False)
+        except (TypeError, ValueError, RecursionError):
+            return read(raw)
+        clean = redactor.redact(text)
+        if clean != text:
+            # A marker that broke the JSON leaves the value as it was: the reader below
+            # still redacts each of its strings.
+            with contextlib.suppress(ValueError):
+                raw = json.loads(clean)
+        return read(raw)
 
     def _read_transcript(self, event: HookEvent, *, current: str | None) -> list[dict[str, Any]]:
         """The transcript's new entries as tracker messages (see the module docstring).
@@ -664,7 +713,8 @@ class HookSession:
                     continue
                 if call_id not in self._state.done_ids:
                     pending = self._state.pending
-                    pending[call_id] = PendingCall(name=name, input=block.get("input"))
+                    kept = self._redacted(block.get("input"))
+                    pending[call_id] = PendingCall(name=name, input=kept)
                     for stale in list(pending)[:-REMEMBERED_IDS]:
                         del pending[stale]  # results never came (denied elsewhere, lost)
         if texts:
@@ -908,6 +958,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     return answer_stdin(state_dir=args.state_dir)
 
 
+def _scrubbed(message: str) -> str:
+    """An error message as stderr may show it: redacted whatever the settings (an
+    exception's text can quote a payload), and still printed if the redactor fails."""
+    try:
+        from judge.llm.redaction import redact
+
+        return redact(message)
+    except Exception:  # the error line must go out whatever happens
+        return "(message withheld)"
+
+
 def answer_stdin(*, state_dir: str | None = None) -> int:
     """Answer the event on stdin on stdout; returns `EXIT_HOOK` whatever happens."""
     # The tracker logs loop verdicts; in a hook process nobody reads them, and Python's
@@ -923,7 +984,7 @@ def answer_stdin(*, state_dir: str | None = None) -> int:
             sys.stdout.flush()
     except Exception as exc:  # a hook must never break the agent: anything at all
         # One line, the error's type and message only: never the payload (it quotes code).
-        message = " ".join(str(exc).split())[:300]
+        message = _scrubbed(" ".join(str(exc).split())[:300])
         sys.stderr.write(f"loop-judge hook: ignored ({type(exc).__name__}: {message})\n")
     return EXIT_HOOK
 

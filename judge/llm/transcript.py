@@ -13,6 +13,9 @@ from collections.abc import Callable, Sequence
 from judge._prompts import read_text
 from judge.history import RESULT_ROLES, Message
 
+Span = tuple[int, int, str]
+"""(start, end, kind) of a secret, as `judge.llm.redaction.Redactor.spans` gives them."""
+
 SYSTEM_PROMPT_FILE = "judge_system.md"
 USER_PROMPT_FILE = "judge_user.md"
 CLIP_MARKER = "\n...[{n} chars clipped]...\n"
@@ -27,6 +30,40 @@ def clip(text: str, limit: int) -> str:
     head = keep * 2 // 3
     tail = keep - head
     return text[:head] + CLIP_MARKER.format(n=len(text) - head - tail) + text[len(text) - tail :]
+
+
+# Characters read on each side of a cut for a secret the cut would split: past the longest
+# single-line credential of the rule table (a 4 kB bearer token), short enough that a cut
+# costs the same whatever the text's length.
+CUT_WINDOW = 4096
+
+
+def clip_whole(text: str, limit: int, spans: Callable[[str], Sequence[Span]]) -> str:
+    """`clip`, with each cut moved off any secret ``spans`` finds across it: the head ends
+    before such a secret, the tail starts after it. A clip taken before redaction would
+    otherwise keep a piece of a secret too short for any rule to recognise (a key's last
+    98 characters without its prefix). Only a window around each cut is read, so a long
+    text costs no more than a short one; a secret longer than the window (a PEM block of
+    more than 4 kB) may still be cut, its piece then reads as base64.
+    """
+    if len(text) <= limit:
+        return text
+    keep = max(limit - 40, 2)
+    head_end = keep * 2 // 3
+    tail_start = len(text) - (keep - keep * 2 // 3)
+    low = max(head_end - CUT_WINDOW, 0)
+    for start, end, _ in spans(text[low : min(head_end + CUT_WINDOW, len(text))]):
+        if low + start < head_end < low + end:
+            head_end = low + start
+            break
+    low = max(tail_start - CUT_WINDOW, 0)
+    for start, end, _ in spans(text[low : min(tail_start + CUT_WINDOW, len(text))]):
+        if low + start < tail_start < low + end:
+            tail_start = low + end
+            break
+    tail_start = max(tail_start, head_end)
+    n = tail_start - head_end
+    return text[:head_end] + CLIP_MARKER.format(n=n) + text[tail_start:]
 
 
 def judge_window(messages: Sequence[Message], size: int) -> list[Message]:
@@ -64,14 +101,15 @@ def _escape(line: str) -> str:
 
 
 Scrub = Callable[[str], str]
-# Redaction runs on a pre-clipped text this many times the final size: a 10 MB tool output
-# is not scanned whole, and a secret cut by the first clip lies in the middle that the
-# final clip drops anyway.
+# What the conversation keeps of a message, in multiples of the judge's clip: enough that
+# the judge's clip, taken later, reads only text the conversation kept.
 SCRUB_MARGIN = 4
 
 
 def _safe_clip(text: str, limit: int, scrub: Scrub) -> str:
-    return clip(scrub(clip(text, limit * SCRUB_MARGIN)), limit)
+    """Redacted, then clipped: a clip taken first could cut a secret into a piece no rule
+    recognises. The redactor is linear in the text, so the whole text is read."""
+    return clip(scrub(text), limit)
 
 
 def _keep(text: str) -> str:
