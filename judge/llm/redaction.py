@@ -6,9 +6,18 @@ needs to see that the agent is stuck, never the secret, and neither do logs, tel
 verdict's texts; so every secret-looking span is replaced by ``[REDACTED:<kind>]``, which
 still tells a reader what was there.
 
-Two families of rules find the spans; all run on the original text, their spans are merged
-(overlaps become one marker, named by the rule listed first), and only then replaced, so no
-rule ever reads another's marker:
+The rules read the text as its reader would see it. A tool call's arguments and many tool
+results are JSON, where a line break is the two characters ``\n``, so a token at the start
+of a line follows an ``n`` and no boundary; a terminal colours a token with escape codes
+that stand between it and its boundary too. So the rules run on the text as written and on
+views of it with one, two and three levels of JSON string escapes decoded and colour codes
+(raw or escaped as ``\u001b``) dropped (`_View`); every span found in a view is mapped
+back to the original, widened to whole escapes, so a JSON text stays valid JSON with its
+formatting untouched. Each view is one linear pass.
+
+Two families of rules find the spans; all run on the original text and its views, their
+spans are merged (overlaps become one marker, named by the rule listed first), and only
+then replaced, so no rule ever reads another's marker:
 
 **Formats with a shape of their own** (``secret_rules.json``, beside this module): provider
 tokens recognised by prefix, alphabet and length: ``anthropic_key``, ``openai_key``,
@@ -39,8 +48,8 @@ image data.
 ``url_password``
     The password in ``scheme://user:password@host``; user and host are kept.
 ``authorization``
-    The credential after ``Authorization: <scheme>`` (Bearer, Basic, Token, Digest, Bot,
-    ApiKey, Key), header or JSON style.
+    The credential after ``Authorization:``, header or JSON style, behind any scheme word
+    (Bearer, Basic, SSWS, OAuth, Negotiate, a vendor's own) or none.
 ``bearer_token``
     ``Bearer <token>`` anywhere else, when the token looks machine-made.
 ``aws_secret_key``
@@ -83,6 +92,14 @@ image data.
     In an env-style line (``UPPER_KEY=value``, no spaces) the value runs to whitespace or a
     quote, so a Django key full of punctuation is hidden whole; elsewhere an unquoted value
     also ends at one of ``, ; & ( ) [ ] { }``.
+
+``clipped_secret``
+    What a clip left of a credential: a known prefix (``ghp_``, ``sk-ant-``, ``AKIA``...)
+    or a URL's password, cut by an ellipsis (the detectors' summaries quote a call that
+    way), too short for its full rule and too long to show.
+
+Placeholders are never secrets: ``$VAR``, ``<YOUR_TOKEN>``, ``your-api-key-here``, and
+AWS's documented example keys (``AKIAIOSFODNN7EXAMPLE``, ``...EXAMPLEKEY``).
 
 Left alone on purpose: hex digests (git SHAs, sha256), UUIDs (unless a key names them a
 secret), base64 data, public keys and certificates, numbers, and words that merely mention
@@ -132,10 +149,29 @@ _COOKIE_MAX = 4096
 _PEM_MAX = 20_000
 # A cookie value this long and random-looking is treated as a credential whatever its name.
 _RANDOM_COOKIE_MIN = 16
+# A part of a dotted value this long and random-looking is no attribute name.
+_RANDOM_PART = 16
+# What a clipped quote ends with: the detectors' summaries cut a long call with it.
+_ELLIPSIS = "…"
 
 
 def _wordset(text: str) -> frozenset[str]:
     return frozenset(text.split())
+
+
+# Prefixes that make a token a credential however little of it is left: a summary that
+# clipped "ghp_cLq0tI1jksz…" leaves too little for the full rule, and too much to show.
+_CUT_PREFIXES = sorted(
+    _wordset(
+        "ghp_ gho_ ghu_ ghs_ ghr_ github_pat_ glpat- glptt- glrt- sk-ant- sk-proj- sk-svcacct- "
+        "sk-admin- sk_live_ rk_live_ sk_test_ rk_test_ whsec_ xoxa- xoxb- xoxe- xoxo- xoxp- xoxr- "
+        "xoxs- xapp- AKIA ASIA ABIA ACCA AIza ya29. 1//0 hf_ api_org_ npm_ pypi-AgEIcHlwaS5vcmc "
+        "SG. eyJ hvs. hvb. hvr. glc_ glsa_ gsk_ xai- pplx- lin_api_ shpat_ shpca_ shppa_ shpss_ "
+        "dop_v1_ doo_v1_ dor_v1_ dapi sbp_ NRAK- PMAK- pul- sntrys_ sntryu_ HRKU-AA ops_eyJ "
+        "dt0c01. AGE-SECRET-KEY-1 xkeysib- rubygems_ CLOJARS_"
+    ),
+    key=lambda prefix: (-len(prefix), prefix),
+)
 
 
 # A key ending in one of these words describes a secret instead of holding one.
@@ -178,7 +214,13 @@ def _is_dotted_name(value: str) -> bool:
     """``settings.api_key``: an attribute path in source code, not a literal."""
     parts = value.split(".")
     return len(parts) > 1 and all(
-        p and not p[0].isdigit() and p.replace("_", "a").isalnum() and p.isascii() for p in parts
+        p
+        and not p[0].isdigit()
+        and p.replace("_", "a").isalnum()
+        and p.isascii()
+        # A name is words; a JWT's base64 parts ("eyJhbGciOi...") are not.
+        and not (len(p) >= _RANDOM_PART and _looks_random(p))
+        for p in parts
     )
 
 
@@ -403,7 +445,7 @@ _HEADER_ASSIGN = rf"{_Q}[ \t]*[:=][ \t]*{_Q}"
 # longest key and the back-reference consumes it; lookarounds do not backtrack, so this is
 # an atomic group, which ``re`` has only from Python 3.11.
 _ASSIGNMENT = re.compile(
-    rf"(?<![A-Za-z0-9_.\-])(?:--)?{_Q}"
+    rf"(?<![A-Za-z0-9_.\-\\])(?:--)?{_Q}"
     rf"(?=(?P<key>[A-Za-z_][A-Za-z0-9_.\-]{{0,{_KEY_MAX}}}))(?P=key){_Q}"
     r"(?P<assign>[ \t]*(?::=|=>|[:=])[ \t]*)(?=\\?[\"']|[^\s\"'`\\<>])"
 )
@@ -425,6 +467,10 @@ def _resolve_assignment(m: re.Match[str]) -> tuple[list[Span], int]:
     key_class = _key_class(m.group("key"))
     if key_class is None:
         return [], m.end()  # the value may itself hold "KEY=secret"
+    if m.group("key").lower() in ("authorization", "proxy-authorization"):
+        # The authorization rule reads the header whole: a scheme word of its own
+        # ("Negotiate") is no value to hide, the credential after it is.
+        return [], m.end()
     quoted = _QUOTED_VALUE.match(text, m.end())
     env_style = m.group("assign") == "=" and _ENV_KEY.fullmatch(m.group("key")) is not None
     if quoted is not None:
@@ -744,6 +790,30 @@ def _builtin_rules() -> tuple[_Rule, ...]:
             _ASSIGNMENT,
             ("pass", "pwd", "secret", "token", "key", "credential", "auth", "sig", "pat"),
             _resolve_assignment,
+        ),
+        # A credential's start left by a clip ("ghp_cLq0…", "postgres://app:s3cr…"): the
+        # full rules need the whole token, the reader needs none of it.
+        _PatternRule(
+            "clipped_secret",
+            r"(?<![A-Za-z0-9_+/-])(?P<secret>(?:"
+            + "|".join(re.escape(prefix) for prefix in _CUT_PREFIXES)
+            + r")[A-Za-z0-9_./+~-]{6,4096})"
+            + _ELLIPSIS,
+            (_ELLIPSIS,),
+            # "npm_package_ver…" is a word cut short; what is left of a token is random.
+            _looks_random,
+            placeholders=False,
+        ),
+        _PatternRule(
+            "clipped_secret",
+            r"hooks\.slack\.com/(?:services|workflows|triggers)/"
+            r"(?P<secret>[A-Za-z0-9+/_-]{2,250})" + _ELLIPSIS,
+            (_ELLIPSIS,),
+        ),
+        _PatternRule(
+            "clipped_secret",
+            r"://[^\s:/?#@\"'<>\\]{0,256}:(?P<secret>[^\s/?#@\"'<>\\]{1,256})" + _ELLIPSIS,
+            (_ELLIPSIS,),
         ),
     ]
     return (_PemRule(), *_format_rules(), *context)
