@@ -647,6 +647,59 @@ def print_independent(figures: dict[str, Any], *, verbose: bool = False) -> None
         print(f"    {hook} {figures['hook_false_redactions']}")
 
 
+# Sizes the redactor's cost is measured at: flat microseconds per kB from the first to the
+# last is linear.
+COST_SIZES = (1_000, 100_000, 1_000_000)
+
+
+def _cost_texts(size: int) -> dict[str, str]:
+    """Texts of about ``size`` characters: a plain log, a tool call's escaped JSON, a
+    coloured test run, and a log with three corpus secrets in every 600 characters."""
+    lines = [case_line(c) for c in load_independent()["secrets"] if "\n" not in c["line"]]
+    log = "".join(
+        f"2026-11-27 19:{i % 60:02d} INFO worker {i}: step done in {i % 97} ms\n"
+        for i in range(size // 40 + 1)
+    )
+    escaped = json.dumps({"cmd": log, "env": {"PATH": "/usr/bin", "DEBUG": "1"}})
+    coloured = "".join(
+        f"\x1b[32mPASSED\x1b[0m tests/test_{i}.py::test_case_{i}\n" for i in range(size // 40 + 1)
+    )
+    # The same few formats at every size, so the same rules run on the smallest text and
+    # the largest: a change in cost per kB is then the text's length, not more rules.
+    unit = log[:300] + "\n".join(lines[:3]) + "\n"
+    secrets = unit * (size // len(unit) + 1)
+    return {
+        k: v[:size]
+        for k, v in {"log": log, "json": escaped, "ansi": coloured, "secrets": secrets}.items()
+    }
+
+
+def redaction_cost() -> dict[str, dict[int, float]]:
+    """Microseconds per kB of `Redactor.redact` on each kind of text at each size (best of
+    three runs, one for the largest)."""
+    redactor = Redactor()
+    redactor.redact("warm up: token=abc12345 ghp_x")
+    figures: dict[str, dict[int, float]] = {}
+    for size in COST_SIZES:
+        for kind, text in _cost_texts(size).items():
+            best = float("inf")
+            for _ in range(1 if size >= 1_000_000 else 3):
+                started = time.perf_counter()
+                redactor.redact(text)
+                best = min(best, time.perf_counter() - started)
+            figures.setdefault(kind, {})[size] = best * 1e6 / (len(text) / 1000)
+    return figures
+
+
+def print_cost(figures: dict[str, dict[int, float]]) -> None:
+    print("redaction cost, microseconds per kB (ratio of the largest to the smallest size)")
+    print(f"{'text':<10}" + "".join(f"{size // 1000:>10} kB" for size in COST_SIZES) + "     ratio")
+    for kind, by_size in figures.items():
+        cells = "".join(f"{by_size[size]:>13.1f}" for size in COST_SIZES)
+        ratio = by_size[COST_SIZES[-1]] / by_size[COST_SIZES[0]]
+        print(f"{kind:<10}{cells}{ratio:>10.2f}")
+
+
 def _timed(fn: Callable[[], dict[str, Any]]) -> dict[str, Any]:
     started = time.perf_counter()
     figures = fn()
@@ -664,7 +717,13 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="only the independent corpus (tests/data/secrets/independent.json), per sink",
     )
+    parser.add_argument(
+        "--cost", action="store_true", help="only the redactor's cost per kB at 1 kB, 100 kB, 1 MB"
+    )
     args = parser.parse_args(argv)
+    if args.cost:
+        print_cost(redaction_cost())
+        return 0
     if args.independent:
         figures = _timed(measure_independent)
         if args.json:
