@@ -403,12 +403,16 @@ def case_line(case: dict[str, Any], *, ansi: bool = False) -> str:
     return str(case["line"]).replace("{secret}", value).replace("{value}", value)
 
 
-def _long_text(line: str, limit: int) -> str:
-    """A long output whose line straddles the judge's head clip at ``limit`` characters:
-    the line starts just before the cut, so a clip taken before redaction keeps its start."""
+def _long_text(line: str, limit: int, *, tail: bool = False) -> str:
+    """A long output whose line straddles `clip`'s cut at ``limit`` characters: the head's
+    end (a clip taken before redaction keeps the token's start), or with ``tail`` the
+    tail's start (it keeps the token's end, without the prefix that names it)."""
     keep = max(limit - 40, 2)
     head = keep * 2 // 3
     filler = "".join(f"step {i:05d}: ok\n" for i in range(LONG_FILLER // 16))
+    if tail:
+        after = filler[: max(keep - head - len(line) // 2, 0)]
+        return filler + line + "\n" + after
     before = filler[: max(head - 12, 0)].rpartition("\n")[0] + "\n"
     return before + line + "\n" + filler
 
@@ -432,7 +436,7 @@ def placed(case: dict[str, Any], placement: str) -> tuple[dict[str, Any], str, s
     elif placement == "long_judge":
         result = _long_text(line, 2_000)  # across the judge's clip of a tool result
     elif placement == "long_kept":
-        result = _long_text(line, 8_000)  # across the cut of what the tracker keeps
+        result = _long_text(line, 8_000, tail=True)  # across the cut of what the tracker keeps
     elif placement == "assistant":
         said = f"The check printed this:\n{line}\nI will run it again."
     return arguments, result, said
