@@ -241,3 +241,60 @@ class _Silent:
 
     def log_error(self, *args: Any, **kwargs: Any) -> None:
         pass
+
+
+class CountingTools:
+    """Copies of the tools that count what actually ran."""
+
+    def __init__(self) -> None:
+        self.ran: list[str] = []
+
+        @tool
+        def get_order(order_id: str) -> str:
+            """Look up an order.
+
+            Args:
+                order_id: the order's number.
+            """
+            self.ran.append(order_id)
+            return "status: shipped, tracking: not yet assigned"
+
+        self.all = [get_order, read_page]
+
+
+def test_a_guarded_stubborn_agent_runs_the_tool_only_its_limit(judge: LoopJudgeCallback) -> None:
+    """With ``guard``, the identical call past its limit is refused before it runs: its
+    observation is the recovery text, each refusal a rung higher, and the stop ends the
+    run; the lookup ran three times (three identical answers), never again."""
+    tools = CountingTools()
+    model = ScriptedModel(looping)
+    agent = judge.guard(
+        ToolCallingAgent(
+            tools=tools.all,
+            model=model,
+            step_callbacks=[judge],
+            max_steps=MAX_STEPS,
+            verbosity_level=0,
+        )
+    )
+    with pytest.raises(LoopDetected) as caught:
+        agent.run("Where is my order 7?")
+    assert caught.value.verdict.action is Action.STOP
+    assert tools.ran == ["7", "7", "7"]
+    assert [v.action for v in judge.verdicts] == [
+        Action.WARN,
+        Action.WARN,
+        Action.ASK_USER,
+        Action.STOP,
+    ]
+    # The model read each refusal as the call's observation.
+    assert nudged(model.inputs[-1])
+
+
+def test_guard_leaves_shared_tools_and_the_final_answer_alone(judge: LoopJudgeCallback) -> None:
+    agent = judge.guard(
+        ToolCallingAgent(tools=TOOLS, model=ScriptedModel(obeying), verbosity_level=0)
+    )
+    assert agent.tools["get_order"] is not get_order and agent.tools["get_order"].forward
+    assert get_order.forward is not agent.tools["get_order"].forward
+    assert agent.tools["final_answer"].forward.__name__ != "checked"

@@ -22,6 +22,12 @@ Usage::
     except LoopDetected as exc:
         print(exc.verdict.summary)
 
+`LoopJudgeCallback.guard` adds a preflight to a ``ToolCallingAgent``'s tools (it returns
+the agent): a call that would repeat past its limit does not run, its observation is the
+recovery message, the identical call stays refused (each refusal a rung higher), and at
+``stop`` the step ends and the callback acts on the stop as above. A ``CodeAgent`` runs
+its tools inside its Python executor, where no call can be refused before it runs.
+
 One callback belongs to one agent. A run that resets the agent's memory (``agent.run``'s
 default) starts the tracker over; ``reset=False`` continues the same conversation. A
 history it cannot read is logged and the step goes on unjudged; judge failures are on the
@@ -30,6 +36,7 @@ verdict, never raised.
 
 from __future__ import annotations
 
+import copy
 import json
 import logging
 from collections.abc import Iterable
@@ -50,6 +57,8 @@ logger = logging.getLogger("judge.integrations.smolagents")
 
 # Between a step's own observations and the recovery text appended to them.
 NUDGE_SEPARATOR = "\n\n"
+# smolagents' own tool that ends the run with an answer: never refused.
+FINAL_ANSWER_TOOL = "final_answer"
 # The name that marks a user-role message as tool output, not a person's prompt
 # (judge/user_turns.py): for errors and observations that belong to no tool call.
 OBSERVATION_NAME = "observation"
@@ -177,6 +186,37 @@ class LoopJudgeCallback:
         # the memory grows by a step a turn, and converting all of it each time is O(n^2).
         self._converted: dict[int, tuple[Any, list[dict[str, Any]]]] = {}
         self._first_step: Any = None
+        # A stop given by a refused call (`guard`), acted on when its step ends.
+        self._stop: Verdict | None = None
+
+    def guard(self, agent: Any) -> Any:
+        """Give ``agent``'s tools a preflight (copies: tools shared with other agents are
+        left as they are) and return the agent."""
+        for name, tool in list(agent.tools.items()):
+            if name != FINAL_ANSWER_TOOL:
+                agent.tools[name] = self._guarded(name, tool)
+        return agent
+
+    def _guarded(self, name: str, tool: Any) -> Any:
+        guarded = copy.copy(tool)
+        forward = tool.forward
+
+        def checked(*args: Any, **kwargs: Any) -> Any:
+            try:
+                verdict = self.tracker.check_call(name, kwargs if kwargs else list(args))
+            except HistoryError as exc:
+                logger.warning("loop-judge could not read a call to %r (%s)", name, exc)
+                return forward(*args, **kwargs)
+            if not verdict:
+                return forward(*args, **kwargs)
+            if verdict.action is Action.STOP:
+                self._stop = verdict
+            else:
+                self.verdicts.append(verdict)
+            return verdict.recovery_message or verdict.summary or "loop detected"
+
+        guarded.forward = checked
+        return guarded
 
     def close(self) -> None:
         """Stop the tracker's event-loop thread (it also stops when collected)."""
@@ -197,6 +237,9 @@ class LoopJudgeCallback:
         except HistoryError as exc:
             logger.warning("loop-judge could not read the agent's memory (%s); not judged", exc)
             return
+        stop, self._stop = self._stop, None
+        if stop is not None:
+            verdict = stop  # a refused call said stop: the step it ended is over now
         if verdict:
             self._act(verdict, memory_step, agent)
 
