@@ -524,3 +524,16 @@ def test_answer_json_shapes() -> None:
     }
     assert HookAnswer("Stop", block_reason="b").to_json() == {"decision": "block", "reason": "b"}
     assert not HookAnswer("Stop") and HookAnswer("Stop").to_json() == {}
+
+
+def test_a_command_response_reads_as_its_output() -> None:
+    from judge.detectors.outcome import Outcome, classify
+    from judge.integrations.claude_code import _response_text
+
+    bash = {"stdout": "F. [100%]\n1 failed", "stderr": "", "interrupted": False, "isImage": False}
+    assert _response_text(bash) == "F. [100%]\n1 failed"
+    failed = {"stdout": "", "stderr": "boom\n", "exit_code": 2, "interrupted": False}
+    assert _response_text(failed) == "exit code 2\nboom"
+    # A silent command is a data result, as its raw mapping was, not an acknowledgement.
+    silent = _response_text({"stdout": "", "stderr": "", "interrupted": False, "isImage": False})
+    assert classify(silent) is Outcome.OK

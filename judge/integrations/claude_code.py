@@ -335,6 +335,8 @@ def _digest(text: str) -> str:
     return blake2b(text.encode("utf-8", "replace"), digest_size=12).hexdigest()
 
 
+# What a command that printed nothing is quoted as.
+NO_OUTPUT = "(no output)"
 # Keys of a command's exit status in a tool response, as shells and agents name it.
 _EXIT_KEYS = ("exit_code", "exitCode", "returncode", "return_code")
 
@@ -354,7 +356,9 @@ def _command_text(response: Mapping[str, Any]) -> str:
         text = response.get(key)
         if isinstance(text, str) and text.strip():
             lines.append(text.strip("\n"))
-    return "\n".join(lines)
+    # A silent command: said in words, so it reads as the data result it was (the raw
+    # mapping did), not as an empty acknowledgement.
+    return "\n".join(lines) or NO_OUTPUT
 
 
 def _response_text(response: Any) -> str:
