@@ -183,3 +183,69 @@ def test_the_hook_stderr_line_quotes_no_payload(field: str, value: Any) -> None:
     line = err.getvalue()
     assert line.startswith("loop-judge hook: ignored (HookInputError:") and field in line
     assert GHP[4:14] not in line and PASSWORD[:10] not in line
+
+
+def _transcript_session(folder: Path, secret: bool) -> tuple[list[str], str]:
+    """A session fed from its transcript (calls wait as pending until their results come),
+    one Stop per turn; the actions and the state file's text at the end."""
+    transcript = folder / "t.jsonl"
+    folder.mkdir()
+    transcript.write_text("")
+    actions = []
+    for n in range(7):
+        value = GHP if secret else "none"
+        call_input = {"command": f"gh auth status\n{value}", "db_password": PASSWORD}
+        entries = [
+            {
+                "type": "assistant",
+                "uuid": f"a{n}",
+                "message": {
+                    "role": "assistant",
+                    "content": [
+                        {"type": "text", "text": "trying again"},
+                        {
+                            "type": "tool_use",
+                            "id": f"toolu_{n}",
+                            "name": "Bash",
+                            "input": call_input,
+                        },
+                    ],
+                },
+            },
+            {
+                "type": "user",
+                "uuid": f"u{n}",
+                "message": {
+                    "role": "user",
+                    "content": [
+                        {
+                            "type": "tool_result",
+                            "tool_use_id": f"toolu_{n}",
+                            "content": f"token: {value}",
+                        }
+                    ],
+                },
+            },
+        ]
+        with transcript.open("a") as out:
+            out.write("".join(json.dumps(e) + "\n" for e in entries))
+        answer = claude_code.handle_payload(
+            {
+                "hook_event_name": "Stop",
+                "session_id": "s4",
+                "transcript_path": str(transcript),
+                "stop_hook_active": False,
+                "last_assistant_message": "trying again",
+            },
+            state_dir=folder / "state",
+        )
+        actions.append(answer.action.value)
+    return actions, next((folder / "state").rglob("*.json")).read_text()
+
+
+def test_a_transcript_fed_session_detects_alike_with_secrets_and_keeps_none(tmp_path: Path) -> None:
+    with_secret, saved = _transcript_session(tmp_path / "secret", secret=True)
+    plain, _ = _transcript_session(tmp_path / "plain", secret=False)
+    assert with_secret == plain and with_secret[-1] == "stop"
+    assert GHP[4:14] not in saved and PASSWORD[:10] not in saved
+    assert json.loads(saved)["fed"] == 21  # every message once: the cursor never rewound
