@@ -369,6 +369,9 @@ def detect_secrets_scrub() -> Scrub | None:
 # -- the independent corpus: every placement, every sink ------------------------------------
 
 INDEPENDENT_FILE = CORPUS / "independent.json"
+# Names and values apart (env lists, SSM, XML, SQL, .pgpass, CSV, JWK) and provider token
+# formats the first corpus lacked; same layout, scored the same way (``--paired``).
+PAIRED_FILE = CORPUS / "paired.json"
 # Where a case's line is put (see `placed`): raw text is the control, the rest are the
 # decorated forms a reader still reads as the same line.
 PLACEMENTS = (
@@ -389,9 +392,9 @@ LONG_FILLER = 9_000
 ANSI_ON, ANSI_OFF = "\x1b[1;33m", "\x1b[0m"
 
 
-def load_independent() -> dict[str, Any]:
+def load_independent(path: Path = INDEPENDENT_FILE) -> dict[str, Any]:
     """The corpus: ``secrets`` (each a ``line`` with ``{secret}``) and ``lookalikes``."""
-    data: dict[str, Any] = json.loads(INDEPENDENT_FILE.read_text(encoding="utf-8"))
+    data: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
     return data
 
 
@@ -574,15 +577,18 @@ def _kept(value: str, text: str) -> bool:
     return value in text or escaped in text or json.dumps(escaped)[1:-1] in text
 
 
-def measure_independent(cases: list[str] | None = None) -> dict[str, Any]:
-    """Leaks per placement and sink, and look-alikes changed, on the independent corpus."""
+def measure_independent(
+    cases: list[str] | None = None, path: Path = INDEPENDENT_FILE
+) -> dict[str, Any]:
+    """Leaks per placement and sink, and look-alikes changed, on the independent corpus
+    (or another of its layout at ``path``)."""
     import tempfile
 
     if str(ROOT) not in sys.path:
         sys.path.append(str(ROOT))  # tests.fault_server; after PYTHONPATH's judge
     from tests.fault_server import FaultServer
 
-    corpus = load_independent()
+    corpus = load_independent(path)
     secrets = [c for c in corpus["secrets"] if cases is None or c["id"] in cases]
     lookalikes = [c for c in corpus["lookalikes"] if cases is None or c["id"] in cases]
     leaks: dict[str, dict[str, list[str]]] = {p: {s: [] for s in SINKS} for p in PLACEMENTS}
@@ -619,6 +625,7 @@ def measure_independent(cases: list[str] | None = None) -> dict[str, Any]:
         elif not _kept(case["value"], hook["hook_state"]):
             hook_false.append(case["id"])
     return {
+        "corpus": path.stem,
         "secret_cases": len(secrets),
         "lookalike_cases": len(lookalikes),
         "leaks": leaks,
@@ -630,7 +637,8 @@ def measure_independent(cases: list[str] | None = None) -> dict[str, Any]:
 
 def print_independent(figures: dict[str, Any], *, verbose: bool = False) -> None:
     n, m = figures["secret_cases"], figures["lookalike_cases"]
-    print(f"independent corpus: {n} secrets, {m} look-alikes; leaks per placement and sink")
+    name = figures.get("corpus", "independent")
+    print(f"{name} corpus: {n} secrets, {m} look-alikes; leaks per placement and sink")
     print(f"{'placement':<12}" + "".join(f"{s:>10}" for s in SINKS[:4]) + f"{'false':>8}")
     for placement, sinks in figures["leaks"].items():
         cells = "".join(f"{len(sinks[s]):>10}" for s in SINKS[:4])
@@ -722,14 +730,20 @@ def main(argv: list[str] | None = None) -> int:
         help="only the independent corpus (tests/data/secrets/independent.json), per sink",
     )
     parser.add_argument(
+        "--paired",
+        action="store_true",
+        help="only the paired corpus (tests/data/secrets/paired.json), per sink",
+    )
+    parser.add_argument(
         "--cost", action="store_true", help="only the redactor's cost per kB at 1 kB, 100 kB, 1 MB"
     )
     args = parser.parse_args(argv)
     if args.cost:
         print_cost(redaction_cost())
         return 0
-    if args.independent:
-        figures = _timed(measure_independent)
+    if args.independent or args.paired:
+        path = PAIRED_FILE if args.paired else INDEPENDENT_FILE
+        figures = _timed(lambda: measure_independent(path=path))
         if args.json:
             print(json.dumps(figures, indent=2))
         else:
