@@ -201,7 +201,7 @@ _CUT_PREFIXES = sorted(
         "SG. eyJ hvs. hvb. hvr. glc_ glsa_ gsk_ xai- pplx- lin_api_ shpat_ shpca_ shppa_ shpss_ "
         "dop_v1_ doo_v1_ dor_v1_ dapi sbp_ NRAK- PMAK- pul- sntrys_ sntryu_ HRKU-AA ops_eyJ "
         "dt0c01. AGE-SECRET-KEY-1 xkeysib- rubygems_ CLOJARS_ r8_ figd_ fm2_ fo1_ dckr_pat_ "
-        "dckr_oat_ tskey- lsv2_ pcsk_ CFPAT- sk.eyJ xsmtpsib- sb_secret_ nfp_"
+        "dckr_oat_ tskey- lsv2_ pcsk_ CFPAT- sk.eyJ xsmtpsib- sb_secret_ nfp_ sl.u."
     ),
     key=lambda prefix: (-len(prefix), prefix),
 )
