@@ -1,9 +1,9 @@
-"""A local judge model (llama.cpp-style server) as the README sets it up.
+"""A local judge model (llama.cpp-style server) as the docs set it up (docs/configuration.md).
 
 Against a real HTTP server on 127.0.0.1: a prompt over the server's context window is a
 clear judge error naming both sizes; a timeout names the configured ``timeout_s`` and a
 retry after one gets a whole attempt or none; the reply cap is a validated setting; the
-README's local-model setup fits a CPU model's context and speed.
+docs' local-model setup fits a CPU model's context and speed.
 """
 
 from __future__ import annotations
@@ -23,7 +23,8 @@ from tests.fault_server import FaultServer, Reply, Request, completion, error
 pytestmark = [pytest.mark.anyio, pytest.mark.model_requests]
 
 FAST = "openai/local"
-README = Path(__file__).resolve().parent.parent / "README.md"
+# The docs page that holds the local-model setup (docs/, the README's documentation).
+CONFIGURATION_DOC = Path(__file__).resolve().parent.parent / "docs" / "configuration.md"
 # Measured on a CPU (Qwen2.5-Coder-1.5B Q4, llama-cpp-python, 2 threads) over the eval's
 # judge windows: seconds per check and prompt tokens.
 CPU_CHECK_P95_S = 372
@@ -144,9 +145,10 @@ def test_a_bad_reply_cap_is_a_clear_error(monkeypatch: pytest.MonkeyPatch, value
 
 
 def local_model_section() -> str:
-    text = README.read_text(encoding="utf-8")
-    start = text.index("### A local model")
-    return text[start : text.index("\n## ", start)]
+    text = CONFIGURATION_DOC.read_text(encoding="utf-8")
+    start = text.index("## A local model")
+    end = text.find("\n## ", start + 1)
+    return text[start:] if end < 0 else text[start:end]
 
 
 def test_the_readme_local_setup_fits_a_cpu_model() -> None:

@@ -116,7 +116,8 @@ def test_release_metadata(project: dict[str, Any]) -> None:
 def test_readme_install_commands_work_from_a_checkout(project: dict[str, Any]) -> None:
     """The package is not on an index: every `pip install` of it is an editable install of
     the checkout, and every extra named exists."""
-    readme = (REPO / "README.md").read_text("utf-8")
+    pages = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
+    readme = "\n".join(page.read_text("utf-8") for page in pages)
     assert "pip install 'loop-judge" not in readme and "pip install loop-judge" not in readme
     extras = set(project["optional-dependencies"])
     named = {
