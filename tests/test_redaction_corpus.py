@@ -22,6 +22,7 @@ from typing import Any
 import pytest
 
 from judge.integrations import claude_code
+from tests.redaction_support import assert_no_leaks, security_bench
 
 pytestmark = pytest.mark.model_requests
 
@@ -42,30 +43,8 @@ SAMPLE = (
 )
 
 
-def _bench() -> Any:
-    sys.path.insert(0, str(ROOT / "evals"))
-    try:
-        import bench_security
-    finally:
-        sys.path.pop(0)
-    return bench_security
-
-
-def _assert_clean(figures: dict[str, Any]) -> None:
-    leaks = {
-        f"{placement}/{sink}": ids
-        for placement, sinks in figures["leaks"].items()
-        for sink, ids in sinks.items()
-        if ids
-    }
-    assert leaks == {}
-    assert {p: ids for p, ids in figures["false_redactions"].items() if ids} == {}
-    assert figures["hook_leaks"] == {"hook_state": [], "hook_stderr": []}
-    assert figures["hook_false_redactions"] == []
-
-
 def test_the_corpus_is_what_the_bench_reads() -> None:
-    corpus = _bench().load_independent()
+    corpus = security_bench().load_independent()
     assert len(corpus["secrets"]) >= 30 and len(corpus["lookalikes"]) >= 15
     for case in corpus["secrets"]:
         assert "{secret}" in case["line"] and all(s in case["secret"] for s in case["secrets"])
@@ -75,14 +54,14 @@ def test_the_corpus_is_what_the_bench_reads() -> None:
 
 
 def test_a_sample_of_the_corpus_reaches_no_sink() -> None:
-    figures = _bench().measure_independent(list(SAMPLE))
+    figures = security_bench().measure_independent(list(SAMPLE))
     assert figures["secret_cases"] == 7 and figures["lookalike_cases"] == 4
-    _assert_clean(figures)
+    assert_no_leaks(figures)
 
 
 @pytest.mark.slow
 def test_the_whole_corpus_reaches_no_sink() -> None:
-    _assert_clean(_bench().measure_independent())
+    assert_no_leaks(security_bench().measure_independent())
 
 
 # -- the hook's own sinks -------------------------------------------------------------------

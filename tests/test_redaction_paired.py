@@ -11,14 +11,17 @@ hidden as written and as a tool call's escaped JSON; no look-alike may change.
 from __future__ import annotations
 
 import json
-import sys
-import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from judge.llm.redaction import BUILTIN_KINDS, Redactor, redact
+from tests.redaction_support import (
+    assert_no_leaks,
+    assert_redaction_grows_linearly,
+    security_bench,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 PAIRED = ROOT / "tests" / "data" / "secrets" / "paired.json"
@@ -68,19 +71,10 @@ def test_no_lookalike_changes(case: dict[str, Any]) -> None:
         assert redact(text) == text, form
 
 
-def _bench() -> Any:
-    sys.path.insert(0, str(ROOT / "evals"))
-    try:
-        import bench_security
-    finally:
-        sys.path.pop(0)
-    return bench_security
-
-
 @pytest.mark.model_requests
 def test_a_sample_reaches_no_sink() -> None:
     """End to end, every placement and sink, one case per family of structure."""
-    bench = _bench()
+    bench = security_bench()
     sample = [
         "k8s_env_json",
         "ssm_parameter",
@@ -91,16 +85,7 @@ def test_a_sample_reaches_no_sink() -> None:
     ]
     figures = bench.measure_independent(sample, path=bench.PAIRED_FILE)
     assert figures["secret_cases"] + figures["lookalike_cases"] == len(sample)
-    leaks = {
-        f"{placement}/{sink}": ids
-        for placement, sinks in figures["leaks"].items()
-        for sink, ids in sinks.items()
-        if ids
-    }
-    assert leaks == {}
-    assert {p: ids for p, ids in figures["false_redactions"].items() if ids} == {}
-    assert figures["hook_leaks"] == {"hook_state": [], "hook_stderr": []}
-    assert figures["hook_false_redactions"] == []
+    assert_no_leaks(figures)
 
 
 # -- each structure: what is hidden and what stays ------------------------------------------
@@ -315,18 +300,7 @@ def test_disabling_secret_turns_the_pair_rules_off() -> None:
 )
 def test_structure_rules_grow_linearly(unit: str) -> None:
     """Twice the input costs about twice the time, never four times (quadratic)."""
-
-    def cost(size: int) -> float:
-        text = unit * (size // len(unit))
-        best = float("inf")
-        for _ in range(2):
-            started = time.perf_counter()
-            redact(text)
-            best = min(best, time.perf_counter() - started)
-        return best
-
-    small, large = cost(25_000), cost(100_000)
-    assert large < max(small * 8, 0.05), (small, large)
+    assert_redaction_grows_linearly(unit)
 
 
 @pytest.mark.parametrize(

@@ -7,7 +7,6 @@ Secrets here are made up in each provider's format; none is a live credential.
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Sequence
 
 import pytest
@@ -16,6 +15,7 @@ from judge.conversation import Conversation
 from judge.history import normalize_history
 from judge.llm.redaction import redact
 from judge.llm.transcript import CUT_WINDOW, clip, clip_whole, fit_prompt
+from tests.redaction_support import assert_redaction_grows_linearly
 
 GHP = "ghp_R7kQ2mX9vL4pT8wZ1nB6cJ3hF5dS0aE2yU7i"
 ANTHROPIC = (
@@ -267,15 +267,4 @@ def test_the_judge_prompt_redacts_a_long_argument_before_clipping_it() -> None:
 )
 def test_views_grow_linearly(unit: str) -> None:
     """Twice the input costs about twice the time, never four times (quadratic)."""
-
-    def cost(size: int) -> float:
-        text = unit * (size // len(unit))
-        best = float("inf")
-        for _ in range(2):
-            started = time.perf_counter()
-            redact(text)
-            best = min(best, time.perf_counter() - started)
-        return best
-
-    small, large = cost(25_000), cost(100_000)
-    assert large < max(small * 8, 0.05), (small, large)
+    assert_redaction_grows_linearly(unit)
