@@ -26,7 +26,6 @@ from tests.redaction_support import assert_no_leaks, security_bench
 
 pytestmark = pytest.mark.model_requests
 
-ROOT = Path(__file__).resolve().parent.parent
 # One secret per family of placement trouble, and look-alikes the old rules got wrong.
 SAMPLE = (
     "github_classic_pat",
