@@ -494,9 +494,9 @@ class LoopTracker:
         if loop is None or self._spoken_since(loop):
             if refuse:
                 self._suite.allowed(call)
-            if loop is None and loops:
-                suspicion = min(suspicion, SUSPICION_SCORE)
-            return Verdict(turn=self.turn, suspicion=suspicion if loop is None else SUSPICION_SCORE)
+            # A loop that is not acted on shows as a suspicion, as a turn's would.
+            shown = min(suspicion, SUSPICION_SCORE) if loops else suspicion
+            return Verdict(turn=self.turn, suspicion=shown)
         if not refuse:
             return self._responder.preview_verdict(loop, turn=self.turn)
         verdict = self._responder.refusal_verdict(loop, turn=self.turn)

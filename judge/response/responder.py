@@ -377,11 +377,9 @@ class Responder:
     def refusal_verdict(self, finding: Finding, *, turn: int) -> Verdict:
         """The verdict of a call ``check_call`` refuses on ``finding``: a detection like a
         turn's (the ladder climbs, stats and logs count it, the texts are the same), so
-        each refusal of the identical call is one rung higher. A pattern a person overrode
-        is not refused. The ``on_loop`` callback is not run: it is awaited, and a preflight
-        answers synchronously, before the call would run."""
-        if self.ladder.silenced(finding.pattern):
-            return Verdict(turn=turn, suspicion=min(finding.score, SUSPICION_CAP))
+        each refusal of the identical call is one rung higher. The caller has already left
+        out the patterns a person overrode (`silenced`). The ``on_loop`` callback is not
+        run: it is awaited, and a preflight answers synchronously, before the call runs."""
         verdict = self.publish(self.heuristic_verdict(finding, turn=turn))
         self.stats.record_loop(verdict)
         self.telemetry.loop(verdict)
