@@ -32,10 +32,10 @@ ROLES = frozenset({"system", "developer", "user", "assistant", "tool", "function
 RESULT_ROLES = frozenset({"tool", "function"})
 
 # What one message may hold, so that a tracker (and its saved state) stays bounded whatever
-# an agent sends (issue 12, defect 4). Longer text keeps its head and tail around a marker
-# that names its full length and digest, so two texts compare equal exactly when they were
-# equal in full. 32 KiB is 2.7x the longest message of the 148 labelled runs (12,030 chars)
-# and 4x what the judge is ever shown of one (max_message_chars x SCRUB_MARGIN = 8,000).
+# an agent sends. Longer text keeps its head and tail around a marker that names its full
+# length and digest, so two texts compare equal exactly when they were equal in full.
+# 32 KiB is 2.7x the longest message of the 148 labelled runs (12,030 chars) and 4x what
+# the judge is ever shown of one (max_message_chars x SCRUB_MARGIN = 8,000).
 MAX_CONTENT_CHARS = 32_768
 # The same for a call's arguments: 2.7x the longest canonical arguments of the labelled
 # runs (6,150 chars). Long string values are clipped first, so keys such as a file path
@@ -47,7 +47,7 @@ MAX_VALUE_CHARS = 2_048
 # Arguments nested deeper than this are kept as text, not parsed: real tool arguments nest
 # a few levels (at most 4 in the labelled runs), and the cap keeps every walk of the parsed
 # value (json.dumps, detectors, the saved state) far below the interpreter's recursion
-# limit, whatever the caller's own stack depth (issue 12, defect 5: "[" * n + "]" * n).
+# limit, whatever the caller's own stack depth ("[" * n + "]" * n must not crash us).
 MAX_ARGUMENT_DEPTH = 100
 # A call's signature (its identity for the detectors, quoted in loop patterns) holds at
 # most this much of the canonical text, then a digest of all of it: 512 chars reads as the
@@ -499,94 +499,12 @@ def _tool_result_blocks(data: Mapping[str, Any], parts: list[Any], index: int) -
     return results
 
 
-def _plain_call(call: Any) -> ToolCall | None:
-    """`_tool_call` for a plain OpenAI call dict whose fields all have their usual types;
-    None for anything else, which the full path reads (and names, if it is wrong)."""
-    if type(call) is not dict:
-        return None
-    function = call.get("function")
-    if type(function) is not dict:
-        return None
-    name = function.get("name")
-    arguments = function.get("arguments")
-    call_id = call.get("id")
-    if (
-        type(name) is not str
-        or not name
-        or type(arguments) is not str
-        or (call_id is not None and type(call_id) is not str)
-    ):
-        return None
-    canonical, parsed = canonical_arguments(arguments)
-    return ToolCall(
-        id=_clean_text(call_id) if call_id is not None else None,
-        name=_clean_text(name),
-        arguments=bounded(_clean_text(arguments), RAW_ARGUMENT_CHARS),
-        canonical=canonical,
-        parsed=parsed,
-    )
-
-
-def _plain_message(data: dict[str, Any], index: int) -> Message | None:
-    """The `Message` for a plain OpenAI chat dict (the shape nearly every agent sends),
-    read without the generic path's abstract-class checks and block parsing; None when the
-    entry is anything else (blocks, objects, legacy function_call, odd types, or an error
-    to report), so that the full path reads it. Both give equal records (tested)."""
-    role = data.get("role")
-    if type(role) is not str or role not in ROLES:
-        return None
-    content = data.get("content")
-    if content is None:
-        text = ""
-    elif type(content) is str:
-        text = bounded(_clean_text(content), MAX_CONTENT_CHARS)
-    else:
-        return None
-    name = data.get("name")
-    if name is not None and type(name) is not str:
-        return None
-    calls: tuple[ToolCall, ...] = ()
-    raw_calls = data.get("tool_calls")
-    if raw_calls:
-        if role != "assistant" or type(raw_calls) is not list:
-            return None
-        read: list[ToolCall] = []
-        for raw_call in raw_calls:
-            call = _plain_call(raw_call)
-            if call is None:
-                return None
-            read.append(call)
-        calls = tuple(read)
-    elif role == "assistant" and data.get("function_call"):
-        return None
-    call_id = None
-    if role == "tool":
-        call_id = data.get("tool_call_id")
-        if type(call_id) is not str or not call_id:
-            return None
-        call_id = _clean_text(call_id)
-    elif role == "function" and not name:
-        return None
-    return Message(
-        index=index,
-        role=role,
-        content=text,
-        name=_clean_text(name) if name is not None else None,
-        tool_calls=calls,
-        tool_call_id=call_id,
-    )
-
-
 def normalize_entry(raw: Any, index: int) -> list[Message]:
     """Every normalized message in one raw history entry (usually exactly one).
 
     Reads OpenAI chat and Anthropic Messages shapes alike (see the module docstring);
     raises `HistoryError` naming the entry and the field that is wrong.
     """
-    if type(raw) is dict:
-        plain = _plain_message(raw, index)
-        if plain is not None:
-            return [plain]
     data = _as_mapping(raw, index)
     parts = _parts(data.get("content"), index)
     if parts is not None:
@@ -609,8 +527,6 @@ def message_digest(msg: Message) -> str:
 
 def ensure_sequence(history: Any) -> Sequence[Any]:
     """Reject a history that is not a list-like of messages, naming what it got instead."""
-    if type(history) is list:  # nearly always: spares two abstract-class checks per turn
-        return history
     if isinstance(history, (str, bytes, bytearray, Mapping)) or not isinstance(history, Sequence):
         raise HistoryError(f"history must be a list of messages, got {type(history).__name__}")
     return history

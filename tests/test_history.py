@@ -31,6 +31,15 @@ def call(name: str, args: Any, cid: str = "c1") -> dict[str, Any]:
             "tool_calls[0].function.name",
         ),
         ([{"role": "user", "content": 12}], 0, "content"),
+        ([{"role": ["user"], "content": "x"}], 0, "role"),
+        ([{"role": "tool", "content": "x", "tool_call_id": ""}], 0, "tool_call_id"),
+        ([{"role": "tool", "content": "x", "tool_call_id": 7}], 0, "tool_call_id"),
+        ([{"role": "function", "content": "x"}], 0, "name"),
+        ([{"role": "user", "content": b"bytes"}], 0, "content"),
+        ([{"role": "user", "tool_calls": [call("read", "{}")]}], 0, "tool_calls"),
+        ([{"role": "assistant", "tool_calls": "read_file"}], 0, "tool_calls"),
+        ([{"role": "assistant", "tool_calls": [{"id": "c1"}]}], 0, "tool_calls[0]"),
+        ([{"role": "assistant", "tool_calls": [call("", "{}")]}], 0, "tool_calls[0].function.name"),
     ],
 )
 def test_structural_errors_name_index_and_field(
