@@ -40,7 +40,7 @@ if TYPE_CHECKING:  # what a type checker and an IDE see; at run time see __getat
         StateError,
         TrajectoryFormatError,
     )
-    from judge.llm._litellm import LLMClient, ModelReply
+    from judge.llm.client import LLMClient, ModelReply
     from judge.response.ladder import LadderState, OverrideRecord, ResponseMode
     from judge.response.memory import LoopMemory
     from judge.response.stats import TrackerStats
@@ -67,14 +67,14 @@ _EXPORTS: dict[str, str] = {
     "JudgeRateLimited": "judge.errors",
     "JudgeStage": "judge.verdict",
     "JudgeTimeout": "judge.errors",
-    "LLMClient": "judge.llm._litellm",
+    "LLMClient": "judge.llm.client",
     "LadderState": "judge.response.ladder",
     "LoopDetected": "judge.errors",
     "LoopJudgeError": "judge.errors",
     "LoopKind": "judge.verdict",
     "LoopMemory": "judge.response.memory",
     "LoopTracker": "judge.tracker",
-    "ModelReply": "judge.llm._litellm",
+    "ModelReply": "judge.llm.client",
     "Origin": "judge.verdict",
     "OverrideRecord": "judge.response.ladder",
     "ResponseMode": "judge.response.ladder",

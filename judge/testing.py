@@ -25,8 +25,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from judge.errors import JudgeError, JudgeOutputError
-from judge.llm._litellm import ModelReply
 from judge.llm.assessment import ANALYSIS_KEY, CONFIDENCE_KEY
+from judge.llm.client import ModelReply
 
 __all__ = [
     "SCRIPTED_CONFIRM_MODEL",

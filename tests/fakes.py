@@ -10,7 +10,7 @@ from typing import Any
 import anyio
 
 from judge.errors import JudgeError
-from judge.llm._litellm import ModelReply
+from judge.llm.client import ModelReply
 from judge.testing import AgentHistory
 
 

@@ -9,8 +9,8 @@ import pytest
 
 from judge import JudgeTimeout, LoopTracker, TrackerConfig
 from judge.history import normalize_history
-from judge.llm._litellm import ModelReply
 from judge.llm.budget import CHARS_PER_TOKEN, JudgeBudget
+from judge.llm.client import ModelReply
 from judge.llm.transcript import build_prompt, fit_prompt
 from tests.fakes import FakeClient, answer, looping_history
 

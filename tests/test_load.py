@@ -19,7 +19,7 @@ import anyio
 import pytest
 
 from judge import LoopTracker, TrackerConfig, Verdict
-from judge.llm._litellm import ModelReply
+from judge.llm.client import ModelReply
 
 pytestmark = pytest.mark.anyio
 

@@ -18,7 +18,7 @@ from typing import Any, Generic, TypeVar
 
 from judge.config import TrackerConfig
 from judge.errors import LoopJudgeError
-from judge.llm._litellm import LLMClient
+from judge.llm.client import LLMClient
 from judge.service.store import SessionStore
 from judge.tracker import LoopTracker
 from judge.verdict import Action, Verdict

@@ -75,7 +75,7 @@ from judge.config import TrackerConfig
 from judge.errors import LoopDetected
 from judge.history import ROLES
 from judge.integrations._session_turns import STOP_ACTIONS, TELL_ACTIONS, Sessions
-from judge.llm._litellm import LLMClient
+from judge.llm.client import LLMClient
 from judge.service.store import SessionStore
 from judge.verdict import Origin, Verdict
 

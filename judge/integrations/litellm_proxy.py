@@ -54,7 +54,8 @@ from typing import Any
 
 from judge.config import TrackerConfig
 from judge.errors import HistoryError
-from judge.llm._litellm import LLMClient, _import_litellm
+from judge.llm._litellm import _import_litellm
+from judge.llm.client import LLMClient
 from judge.llm.redaction import redact
 from judge.service import (
     Metrics,

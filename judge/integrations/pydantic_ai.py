@@ -65,7 +65,7 @@ from judge.integrations._session_turns import (
     TELL_ACTIONS,
     Sessions,
 )
-from judge.llm._litellm import LLMClient
+from judge.llm.client import LLMClient
 from judge.service.store import SessionStore
 from judge.tracker import LoopTracker
 from judge.verdict import Verdict

@@ -1,6 +1,7 @@
 """The LLM judge: everything between the tracker and a model.
 
 - `pair`: the fast model, then the confirming one, at the 0.9 threshold.
+- `client`: the judge seam, `LLMClient` and `ModelReply` (bring your own client).
 - `_litellm`: the one module that touches litellm (requests, retries, structured output).
 - `assessment`: the reply schema and its parsing.
 - `transcript`: the judge's window of messages and the prompt built from it.

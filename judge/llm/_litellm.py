@@ -22,8 +22,7 @@ import re
 import threading
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
-from typing import Any, Protocol, runtime_checkable
+from typing import Any
 
 import anyio
 from tenacity import (
@@ -48,6 +47,10 @@ from judge.errors import (
 )
 from judge.llm._http import guarded_client, redirect_refused, reply_too_large, server_props
 from judge.llm.budget import token_count
+
+# The seam is re-exported for code that imported it from here before it had its own module.
+from judge.llm.client import LLMClient as LLMClient
+from judge.llm.client import ModelReply as ModelReply
 
 logger = logging.getLogger("judge.llm")
 
@@ -122,29 +125,6 @@ def check_model_requests_allowed(model: str) -> None:
             "judge.llm._litellm.ALLOW_MODEL_REQUESTS is False "
             "(in tests, mark the test @pytest.mark.model_requests to allow it)"
         )
-
-
-@dataclass(frozen=True, slots=True)
-class ModelReply:
-    """A raw reply: the text still needs parsing into an assessment."""
-
-    content: str | None
-    finish_reason: str | None
-    prompt_tokens: int | None
-    completion_tokens: int | None
-    cost_usd: float | None
-    attempts: int
-    # The reply cap the request was sent with, so a reply cut off at it can name it.
-    max_tokens: int | None = None
-
-
-@runtime_checkable
-class LLMClient(Protocol):
-    """What the judge needs from a model endpoint; tests substitute their own."""
-
-    async def complete(
-        self, model: str, messages: list[dict[str, str]], *, schema: dict[str, Any]
-    ) -> ModelReply: ...
 
 
 _litellm: Any = None

@@ -22,8 +22,8 @@ from judge.errors import JudgeError
 from judge.verdict import JudgeCall, JudgeStage
 
 if TYPE_CHECKING:
-    from judge.llm._litellm import LLMClient, ModelReply
     from judge.llm.assessment import Assessment
+    from judge.llm.client import LLMClient, ModelReply
 
 logger = logging.getLogger("judge.llm.pair")
 

@@ -23,7 +23,7 @@ from pydantic import ValidationError
 from judge._codec import EncodeMemo
 from judge.config import TrackerConfig
 from judge.errors import StateError
-from judge.llm._litellm import LLMClient
+from judge.llm.client import LLMClient
 from judge.llm.redaction import redactor_for
 from judge.state import PLAIN_MAX_BYTES, TrackerState, expand_state, redacting_reader
 from judge.tracker import LoopTracker

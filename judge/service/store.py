@@ -48,7 +48,7 @@ import anyio
 
 from judge.config import TrackerConfig
 from judge.errors import LoopJudgeError, StateError
-from judge.llm._litellm import LLMClient
+from judge.llm.client import LLMClient
 from judge.service.settings import (
     DEFAULT_KEY_PREFIX,
     DEFAULT_LOCK_LEASE_S,

@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from judge.errors import LoopJudgeError
-from judge.llm._litellm import LLMClient, ModelReply
+from judge.llm.client import LLMClient, ModelReply
 
 T = TypeVar("T")
 
