@@ -41,7 +41,7 @@ if TYPE_CHECKING:
     from judge.state import TrackerState
 
 # judge.state (the saved state's model and codec) is imported by `state` and `from_state`
-# only: a tracker that is never saved never pays for it (issue 11: ~16 ms of the cold start).
+# only: a tracker that is never saved (a hook's first event) does not start up slower for it.
 
 logger = logging.getLogger("judge.tracker")
 
@@ -81,7 +81,7 @@ class LoopTracker:
         self._judge: TwoStageJudge | None = None
         if cfg.fast_model:
             # The judge's machinery (and anyio, which it awaits with) only with a judge
-            # model: a heuristics-only process never imports it (issue 11, cold start).
+            # model: a heuristics-only process (a hook) never imports it and starts sooner.
             from judge.llm.pair import TwoStageJudge, preload_litellm
 
             prepare = None
@@ -286,11 +286,9 @@ class LoopTracker:
 
     @property
     def _lock(self) -> anyio.Lock:
-        """The lock a turn holds while it awaits the judge, made on first use: until a
-        turn awaits, no turn can overlap another, and a tracker without a judge never
-        imports anyio for it (issue 11: ~12 ms of a hook's cold start). fast_acquire: no
-        event-loop round trip when uncontended (the usual case), which otherwise costs
-        more than the whole turn."""
+        """The lock a turn holds while it may await the judge, made on first use, in the
+        event loop that runs the turn. A tracker without a judge has none: nothing in its
+        turn suspends, so no turn can overlap another, and it never imports anyio."""
         if self._turn_lock is None:
             import anyio
 
@@ -303,32 +301,22 @@ class LoopTracker:
         Raises `HistoryError` for a malformed history (a bug in the caller); never raises
         for a judge failure or an ``on_loop`` callback's, which are reported on the verdict.
         """
-        lock = self._turn_lock
-        if lock is not None and lock.locked():
-            # Another turn is awaiting the judge: this one waits, then runs whole.
-            async with lock:
-                verdict = await self._turn(history)
+        if self._judge is None:
+            verdict = await self._turn(history)
         else:
-            # The usual case. The heuristics never yield to the event loop, so no other turn
-            # can begin before they are done: the lock (a few microseconds, more than the
-            # rest of a quiet turn) is taken only when the judge must be awaited.
-            found = self._heuristics(history)
-            if found.loop is None and not self._check_due(found):
-                return self._responder.all_clear(self.turn, found.suspicion)
-            if found.loop is not None:
-                verdict = self._loop_verdict(found.loop)
-            else:
-                async with self._lock:
-                    verdict = await self._judged(found)
+            # A turn awaiting the judge holds the lock: the next one waits, then runs whole.
+            async with self._lock:
+                verdict = await self._turn(history)
         # Outside the lock: the on_loop callback may take its time, or call override().
         return await self._responder.settle(verdict)
 
     async def _turn(self, history: Any) -> Verdict:
         found = self._heuristics(history)
         if found.loop is not None:
-            return self._loop_verdict(found.loop)
+            self._answered()
+            return self._heuristic_verdict(found.loop)
         if not self._check_due(found):
-            return Verdict.all_clear(self.turn, found.suspicion)
+            return Verdict(turn=self.turn, suspicion=found.suspicion)
         return await self._judged(found)
 
     def _heuristics(self, history: Any) -> Assessment:
@@ -346,16 +334,12 @@ class LoopTracker:
         early = self.config.early_checks and found.suspicion >= SUSPICION_SCORE
         return self._schedule.due(early=early)
 
-    def _loop_verdict(self, finding: Finding) -> Verdict:
-        self._answered()
-        return self._heuristic_verdict(finding)
-
     async def _judged(self, found: Assessment) -> Verdict:
         """The turn's verdict when a check is due: the judge's, or why it was not asked."""
         suspicion = found.suspicion
         window = self._fresh_window()
         if window is None:
-            return Verdict.all_clear(self.turn, suspicion)
+            return Verdict(turn=self.turn, suspicion=suspicion)
         skipped = self._check_skipped()
         if skipped is not None:
             return Verdict(turn=self.turn, suspicion=suspicion, errors=[skipped])

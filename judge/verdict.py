@@ -44,7 +44,7 @@ class JudgeCall(BaseModel):
     """
 
     # defer_build: the schema is built on the first validation, not at import: a turn
-    # without a judge check never validates one (issue 11, cold start).
+    # without a judge check never validates one.
     model_config = ConfigDict(frozen=True, defer_build=True)
 
     model: str
@@ -77,9 +77,7 @@ class Verdict(BaseModel):
     on construction); `origin` and `detector` are its typed parts.
     """
 
-    # defer_build: a quiet turn's verdict is `all_clear`, which validates nothing, so a
-    # process that only ever sees quiet turns never builds this schema (issue 11: ~8 ms of
-    # every cold start, the hook's included).
+    # defer_build: the schema is built at the first verdict, not when judge is imported.
     model_config = ConfigDict(frozen=True, defer_build=True)
 
     looping: bool = False
@@ -108,22 +106,6 @@ class Verdict(BaseModel):
     turn: int = 0
     suspicion: float = Field(default=0.0, description="highest heuristic score this turn")
 
-    @classmethod
-    def all_clear(cls, turn: int, suspicion: float = 0.0) -> Verdict:
-        """``Verdict(turn=turn, suspicion=suspicion)``, the answer of nearly every turn,
-        built from a validated template instead of validated again: validation costs more
-        than the rest of a quiet turn. Equal to the validated one in every field, fields
-        set included, with lists of its own (tested)."""
-        verdict = cls.__new__(cls)
-        fields = dict(_CLEAR_FIELDS or _clear_fields())
-        fields["turn"], fields["suspicion"] = int(turn), float(suspicion)
-        fields["evidence"], fields["judge_calls"], fields["errors"] = [], [], []
-        _set_attribute(verdict, "__dict__", fields)
-        _set_attribute(verdict, "__pydantic_fields_set__", {"turn", "suspicion"})
-        _set_attribute(verdict, "__pydantic_extra__", None)
-        _set_attribute(verdict, "__pydantic_private__", None)
-        return verdict
-
     @field_validator("source")
     @classmethod
     def _source_shape(cls, value: str | None) -> str | None:
@@ -150,19 +132,3 @@ class Verdict(BaseModel):
 
     def __bool__(self) -> bool:
         return self.looping
-
-
-# The fields of a validated all-clear verdict, copied by `Verdict.all_clear`; object's own
-# __setattr__ sets what the frozen model's refuses, as pydantic's model_construct does.
-_CLEAR_FIELDS: dict[str, object] = {}
-_set_attribute = object.__setattr__
-
-
-def _clear_fields() -> dict[str, object]:
-    """The field defaults, in field order: what ``Verdict()`` holds (defaults are not
-    validated, ``validate_default`` is off), read without building the schema."""
-    _CLEAR_FIELDS.update(
-        (name, info.get_default(call_default_factory=True))
-        for name, info in Verdict.model_fields.items()
-    )
-    return _CLEAR_FIELDS

@@ -23,11 +23,19 @@ from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any, TypeAlias
 
 from judge.config import TrackerConfig
+from judge.decision import (
+    LLM_PATTERN,
+    NOTHING_ANSWERED,
+    Answered,
+    Decision,
+    Outcome,
+    Policy,
+    Rules,
+)
 from judge.detectors.base import LOOP_SCORE, SUSPICION_CAP, Finding, short
 from judge.detectors.suite import NOTHING_FOUND, SINGLE_SCORE, Assessment, combine
 from judge.history import Message
 from judge.response.ladder import (
-    LLM_PATTERN,
     Ladder,
     LadderPolicy,
     LadderState,
@@ -141,6 +149,7 @@ class Responder:
 
             memory = LoopMemory(config.memory_path)
         self.memory = memory
+        self.rules = Rules.from_config(config)
         self._on_loop = on_loop
         self._shown_suspicion = 0.0
         # Built on the first verdict with text: a plain turn never imports the rules.
@@ -196,16 +205,6 @@ class Responder:
         if finding.score < SUSPICION_CAP:
             return dataclasses.replace(finding, score=SUSPICION_CAP)
         return finding
-
-    def all_clear(self, turn: int, suspicion: float) -> Verdict:
-        """`settle` for a turn that flagged nothing and asked no judge (most turns), without
-        the coroutine: such a verdict carries no text to redact, no callback, nothing to log,
-        so only the recoveries and the suspicion shown remain."""
-        verdict = Verdict.all_clear(turn, max(suspicion, self._shown_suspicion))
-        for pattern in self.ladder.end_turn():
-            self.stats.recoveries_succeeded += 1
-            verdict = self._remember_recovery(verdict, pattern, succeeded=True)
-        return verdict
 
     async def settle(self, verdict: Verdict) -> Verdict:
         """End of a turn: redaction, recoveries, the callback, stats, telemetry and logs."""
@@ -482,6 +481,131 @@ class Responder:
             pattern=LLM_PATTERN,
             **common,
         )
+
+    # -- the decision's inputs, and its answer ----------------------------------------------
+
+    def policy(
+        self,
+        findings: Sequence[Finding],
+        *,
+        answered: Answered = NOTHING_ANSWERED,
+        prompt: int = -1,
+    ) -> Policy:
+        """The policy state `judge.decision.decide` reads about ``findings``: the person's
+        silences and the judge's agreement (the ladder), the patterns the known-loop memory
+        has seen; ``answered`` and ``prompt`` come from the conversation."""
+        ladder = self.ladder
+        patterns = {f.pattern for f in findings}
+        known: frozenset[str] = frozenset()
+        if self.memory is not None:
+            known = frozenset(p for p in patterns if self.memory.knows(p))
+        patterns.add(LLM_PATTERN)
+        return Policy(
+            rules=self.rules,
+            turn=ladder.state.turn,
+            silenced=frozenset(p for p in patterns if ladder.silenced(p)),
+            answered=answered,
+            known=known,
+            judge_agreed=tuple(ladder.state.judge_agreed),
+            prompt=prompt,
+        )
+
+    def respond(
+        self,
+        decision: Decision,
+        *,
+        turn: int,
+        judge: JudgeOutcome | None = None,
+        recent: Iterable[Message] = (),
+        errors: Sequence[str] = (),
+    ) -> Verdict:
+        """The turn's verdict for ``decision`` (``judge``: the check asked this turn); a loop
+        climbs its pattern's ladder. `settle` then finishes it."""
+        if judge is not None:
+            if decision.judge_agreed is not None:
+                self.ladder.state.judge_agreed = list(decision.judge_agreed)
+            if decision.judge_said is False and self.ladder.cleared(LLM_PATTERN):
+                self.stats.recoveries_succeeded += 1
+        if decision.outcome is Outcome.FINDING or decision.outcome is Outcome.REFUSE:
+            assert decision.finding is not None
+            return self.heuristic_verdict(decision.finding, turn=turn)
+        if judge is None:
+            return Verdict(turn=turn, suspicion=decision.suspicion, errors=list(errors))
+        deciding = judge.deciding
+        common: dict[str, Any] = {
+            "source": Origin.LLM.value,
+            "judge_calls": judge.calls,
+            "errors": judge.errors,
+            "turn": turn,
+            "suspicion": decision.suspicion,
+            "confidence": deciding.confidence if deciding else None,
+            "analysis": deciding.analysis if deciding else None,
+        }
+        if decision.outcome is not Outcome.JUDGE or deciding is None:
+            return Verdict(**common)
+        return self._judge_loop(decision, judge, deciding, recent, common)
+
+    def _judge_loop(
+        self,
+        decision: Decision,
+        judge: JudgeOutcome,
+        deciding: JudgeCall,
+        recent: Iterable[Message],
+        common: dict[str, Any],
+    ) -> Verdict:
+        """A judge's loop climbs the ``"llm"`` pattern's ladder. The judge alone never stops
+        a run before its models' agreement has lasted (``Decision.judge_may_stop``): until
+        then the rung's stop becomes ask-the-user."""
+        from judge.response.recovery import for_judge, judge_label
+
+        # The label is quoted back to the agent in later recovery messages (the approaches
+        # tried), so it is built from the evidence, never from the judge's words.
+        label = judge_label(judge.evidence)
+        step = self.ladder.escalate(LLM_PATTERN, label=label, kind=decision.kind)
+        if step.action is Action.STOP and not decision.judge_may_stop:
+            step = step.model_copy(
+                update={"action": Action.ASK_USER, "level": RecoveryLevel.ASK_USER}
+            )
+        texts = for_judge(
+            deciding,
+            step,
+            evidence=judge.evidence,
+            recent_calls=recent_calls(recent, self.config.history_messages),
+            budget=self.config.recovery_max_chars,
+        )
+        if step.failed_recovery:
+            self.stats.recoveries_failed += 1
+        return Verdict(
+            looping=True,
+            kind=decision.kind,
+            evidence=judge.evidence,
+            action=step.action,
+            summary=texts.summary,
+            explanation=texts.explanation,
+            recovery_message=texts.message,
+            pattern=LLM_PATTERN,
+            **common,
+        )
+
+    def refuse(self, decision: Decision, *, turn: int) -> Verdict:
+        """The verdict of a call ``check_call`` refuses (`Outcome.REFUSE`): a detection like
+        a turn's (the ladder climbs, stats and logs count it, the texts are the same), so
+        each refusal of the identical call is one rung higher. The ``on_loop`` callback is
+        not run: it is awaited, and a preflight answers synchronously, before the call
+        runs."""
+        verdict = self.publish(self.respond(decision, turn=turn))
+        self.stats.record_loop(verdict)
+        self.telemetry.loop(verdict)
+        self._log(verdict)
+        return verdict
+
+    def preview(self, decision: Decision, *, turn: int, evidence: bool = True) -> Verdict:
+        """The verdict the next detection of the decision's finding would get; records
+        nothing (``check_call`` that may not refuse, and a streamed response)."""
+        assert decision.finding is not None
+        finding = decision.finding
+        step = self.ladder.preview(finding.pattern)
+        return self.publish(self._finding_verdict(finding, step, turn=turn, evidence=evidence))
 
     # -- control ----------------------------------------------------------------------------
 
