@@ -7,10 +7,22 @@ never crash the agent that embeds us::
     LoopJudgeError
     +-- ConfigError            bad configuration (names the environment variable)
     |   +-- EmbeddingsUnavailable  semantic="on" without the semantic packages installed
+    |   +-- UsageError             a command line that cannot be run (cli.shared; exit 2)
     +-- HistoryError           malformed conversation (names the message index and field)
     +-- StateError             a saved tracker state that cannot be read back
+    |   +-- StateFormatError       stored session bytes that are no state (service.state)
     +-- TrajectoryFormatError  a recorded trajectory file that cannot be read
     +-- LoopDetected           a framework integration stopped the agent's run (carries the verdict)
+    |   +-- AgentsLoopDetected     the same, an OpenAI Agents error (integrations.openai_agents)
+    +-- HookInputError         a hook event Claude Code does not send (integrations.claude_code)
+    +-- StoreError             the session store could not serve a session (service.store)
+    |   +-- StoreUnavailable       the backing store (Redis) did not answer
+    |   +-- SessionBusy            another turn held the session's lock past lock_wait_s
+    |   +-- SessionLockLost        the lock expired or the session was deleted while a turn ran
+    |   +-- StoreFull              the in-memory store is full; a new session is refused
+    +-- TurnOverBudget         a sidecar turn ran past turn_cpu_budget_s (service.worker)
+    +-- AppendConflict         appended messages do not continue the session (service.turns)
+    +-- BadIdempotencyKey      a malformed or reused Idempotency-Key (service.app)
     +-- JudgeError             the judge model failed; caught by the tracker
         +-- JudgeTimeout           no answer within timeout_s
         +-- JudgeConnectionError   the endpoint could not be reached
@@ -18,11 +30,16 @@ never crash the agent that embeds us::
         +-- JudgeHTTPError         any other HTTP status (5xx retried, 4xx not)
         |   +-- JudgeContextError  the prompt does not fit the server's context window
         +-- JudgeOutputError       an answer arrived but is not a valid assessment
+        +-- CassetteMiss           no recorded reply for a replayed request (evals' judge_eval)
+
+Errors with a module named are defined in that module (under ``judge.``), the rest here.
+Every field an error carries is declared on its class, so a type checker sees it and
+``except`` code reads it directly.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, ClassVar
 
 if TYPE_CHECKING:
     from judge.verdict import Verdict
@@ -43,6 +60,10 @@ class HistoryError(LoopJudgeError, ValueError):
     wrong) and ``field`` the key that is missing or wrong, so the caller can fix its adapter
     without reading our code.
     """
+
+    index: int | None
+    field: str | None
+    reason: str
 
     def __init__(self, message: str, *, index: int | None = None, field: str | None = None):
         where = "history" if index is None else f"message {index}"
@@ -71,6 +92,9 @@ class TrajectoryFormatError(LoopJudgeError, ValueError):
     import problems; callers that only know the stdlib still catch it as ValueError.
     """
 
+    path: str
+    reason: str
+
     def __init__(self, path: object, reason: str) -> None:
         self.path = str(path)
         self.reason = reason
@@ -87,6 +111,9 @@ class LoopDetected(LoopJudgeError):
     conversation the integration tracked, when it knows one.
     """
 
+    verdict: Verdict
+    session: str | None
+
     def __init__(self, verdict: Verdict, *, session: str | None = None) -> None:
         self.verdict = verdict
         self.session = session
@@ -98,31 +125,46 @@ class JudgeError(LoopJudgeError):
     """The judge model did not produce a usable assessment.
 
     ``retryable`` decides whether tenacity tries again; the tracker never lets these escape.
+    ``model`` is the model asked; ``attempts`` how many requests the client made before
+    giving up (None until a client says); ``format_rejected`` that the endpoint refused the
+    structured-output format asked for, so the next attempt asks with a simpler one.
     """
 
-    retryable: bool = False
+    # Whether the same request may succeed later (a class's default; see `retryable`).
+    transient: ClassVar[bool] = False
+    model: str | None
+    attempts: int | None
+    format_rejected: bool
 
     def __init__(self, message: str, *, model: str | None = None):
         super().__init__(message)
         self.model = model
+        self.attempts = None
+        self.format_rejected = False
+
+    @property
+    def retryable(self) -> bool:
+        """Whether tenacity should send the request again."""
+        return self.transient
 
 
 class JudgeTimeout(JudgeError):
     """The model did not answer within ``timeout_s``."""
 
-    retryable = True
+    transient = True
 
 
 class JudgeConnectionError(JudgeError):
     """The endpoint refused or dropped the connection."""
 
-    retryable = True
+    transient = True
 
 
 class JudgeRateLimited(JudgeError):
     """HTTP 429; ``retry_after`` (seconds) is the server's own hint when it sent one."""
 
-    retryable = True
+    transient = True
+    retry_after: float | None
 
     def __init__(self, message: str, *, model: str | None = None, retry_after: float | None = None):
         super().__init__(message, model=model)
@@ -132,12 +174,14 @@ class JudgeRateLimited(JudgeError):
 class JudgeHTTPError(JudgeError):
     """Any other HTTP failure; 5xx are transient, 4xx (bad request, auth) are not."""
 
+    status: int | None
+
     def __init__(self, message: str, *, model: str | None = None, status: int | None = None):
         super().__init__(message, model=model)
         self.status = status
 
     @property
-    def retryable(self) -> bool:  # type: ignore[override]
+    def retryable(self) -> bool:
         return self.status is None or self.status >= 500
 
 
@@ -156,6 +200,9 @@ class JudgeContextError(JudgeHTTPError):
     server's limit, None where the server did not say.
     """
 
+    prompt_tokens: int | None
+    context_tokens: int | None
+
     def __init__(
         self,
         message: str,
@@ -170,5 +217,5 @@ class JudgeContextError(JudgeHTTPError):
         self.context_tokens = context_tokens
 
     @property
-    def retryable(self) -> bool:  # type: ignore[override]
+    def retryable(self) -> bool:
         return False

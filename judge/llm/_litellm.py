@@ -641,7 +641,7 @@ class LiteLLMClient:
         if isinstance(exc, JudgeRateLimited) and exc.retry_after is not None:
             # A server that asks for a longer pause than we allow is down for this check.
             return exc.retry_after <= self.max_retry_after_s
-        return bool(exc.retryable) or getattr(exc, "format_rejected", False)
+        return exc.retryable or exc.format_rejected
 
     async def complete(
         self, model: str, messages: list[dict[str, str]], *, schema: dict[str, Any]
@@ -682,7 +682,7 @@ class LiteLLMClient:
                         timed_out = False
                         raise
         except JudgeError as exc:
-            exc.attempts = attempts  # type: ignore[attr-defined]
+            exc.attempts = attempts
             if isinstance(exc, JudgeTimeout) and attempts <= self.max_retries:
                 # Retries were left, but not the time for a whole attempt: say so, or the
                 # user cannot tell why a slow model got a single try.
@@ -757,7 +757,7 @@ class LiteLLMClient:
                     FORMAT_MODES[mode],
                     FORMAT_MODES[mode + 1],
                 )
-                err.format_rejected = True  # type: ignore[attr-defined]
+                err.format_rejected = True
             raise err from exc
         finally:
             if guarded is not None:

@@ -129,9 +129,7 @@ class TwoStageJudge:
             )
         except JudgeError as exc:
             latency = time.perf_counter() - started
-            reply_obj = reply
-            found: Any = getattr(exc, "attempts", None) or getattr(reply_obj, "attempts", 1)
-            attempts = int(found)
+            attempts = exc.attempts or (reply.attempts if reply is not None else 1)
             # The check's failure is logged once, redacted, on the "judge" logger by the
             # responder; this per-call detail is for debugging and is redacted as well.
             from judge.llm.redaction import redact
@@ -148,9 +146,9 @@ class TwoStageJudge:
                 stage=stage,
                 attempts=attempts,
                 latency_s=latency,
-                prompt_tokens=getattr(reply_obj, "prompt_tokens", None),
-                completion_tokens=getattr(reply_obj, "completion_tokens", None),
-                cost_usd=getattr(reply_obj, "cost_usd", None),
+                prompt_tokens=reply.prompt_tokens if reply is not None else None,
+                completion_tokens=reply.completion_tokens if reply is not None else None,
+                cost_usd=reply.cost_usd if reply is not None else None,
                 error=f"{type(exc).__name__}: {exc}",
             )
             return call, None

@@ -183,6 +183,8 @@ return redis.call('del', KEYS[1])
 class StoreError(LoopJudgeError):
     """The session store could not serve a session; ``session_id`` says which."""
 
+    session_id: str | None
+
     def __init__(self, message: str, *, session_id: str | None = None):
         super().__init__(message)
         self.session_id = session_id
@@ -203,6 +205,8 @@ class SessionLockLost(StoreError):
     side by side. ``expected_start``: where the stored history ends now (0 when the
     session is gone), so a client appending can continue from there (the 409 says it).
     """
+
+    expected_start: int
 
     def __init__(self, message: str, *, session_id: str | None = None, expected_start: int = 0):
         super().__init__(message, session_id=session_id)

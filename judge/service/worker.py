@@ -49,6 +49,9 @@ IDLE_THREAD_S = 10.0
 class TurnOverBudget(LoopJudgeError):
     """A turn used more CPU than ``turn_cpu_budget_s`` allows and was stopped."""
 
+    budget_s: float
+    used_s: float
+
     def __init__(self, budget_s: float, used_s: float):
         super().__init__(
             f"the turn used more than its CPU budget of {budget_s:g} s "
