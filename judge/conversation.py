@@ -1,10 +1,12 @@
 """The conversation as the tracker has read it: what is new, what is the task, what the
-judge may see.
+judge may see, and what a loop verdict already answered.
 
 Kept apart from `LoopTracker` so the tracker only orders the parts. This is the first step
 of "history in -> normalized messages": it reads each raw message once (`HistoryCursor`),
-keeps the recent messages the judge's window is cut from, and tells a person's new prompt
-from everything else that arrives in the user role (`judge.user_turns`).
+keeps the recent messages the judge's window is cut from, tells a person's new prompt
+from everything else that arrives in the user role (`judge.user_turns`), and remembers the
+newest message a loop verdict answered (`judge.decision.Answered`), found again wherever a
+rewrite of the history moves it.
 """
 
 from __future__ import annotations
@@ -13,12 +15,16 @@ import dataclasses
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from judge._codec import decode, encode
-from judge.history import RESULT_ROLES, HistoryCursor, Message, ToolCall
+from judge.decision import NOTHING_ANSWERED, Answered
+from judge.history import RESULT_ROLES, HistoryCursor, Message, ToolCall, message_digest
 from judge.llm.transcript import SCRUB_MARGIN, clip_whole, judge_window
 from judge.user_turns import UserMessageKind, classify_user, digest
+
+if TYPE_CHECKING:
+    from judge.response.ladder import LadderState
 
 # Extra normalized messages kept beyond the judge window so that trimming a dangling call
 # at the end still leaves a full window.
@@ -61,6 +67,7 @@ class Conversation:
         self._user_seen: set[str] = set()
         # Set on a tracker restored from a redacted state (`read_redacted`).
         self._scrub: Callable[[Any], Any] | None = None
+        self.answered: Answered = NOTHING_ANSWERED
 
     def read_redacted(self, scrub: Callable[[Any], Any] | None) -> None:
         """From now on every message (and `scrubbed` call) is read as a saved state holds
@@ -85,6 +92,11 @@ class Conversation:
         new, rewound = self._cursor.advance(history)
         if rewound:
             self._recent.clear()
+            # What a verdict already answered stays answered when it is re-read, wherever
+            # the rewrite moved it; what came after it is new.
+            if self.answered.digest is not None:
+                found = [m.index for m in new if message_digest(m) == self.answered.digest]
+                self.answered = self.answered.moved(found[-1] if found else None)
         new_prompt = False
         for msg in new:
             if msg.role == "user":
@@ -104,10 +116,23 @@ class Conversation:
         self.task = msg
         return True
 
-    def window(self, *, after: int, min_turns: int) -> list[Message] | None:
-        """The judge's window: the last messages, none at or before index ``after`` (what
-        a loop verdict already answered; -1 for none). None while fewer than ``min_turns``
-        assistant turns came after it: too little for a new judgement."""
+    def answer(self) -> None:
+        """A loop verdict is being given: everything read so far is answered."""
+        last = self.last
+        if last is not None:
+            self.answered = self.answered.upto(last.index, message_digest(last))
+
+    @property
+    def prompt(self) -> int:
+        """The index of a person's latest prompt (-1: none yet)."""
+        return self.task.index if self.task is not None else -1
+
+    def window(self, *, min_turns: int, after: int | None = None) -> list[Message] | None:
+        """The judge's window: the last messages, none at or before index ``after`` (by
+        default what a loop verdict already answered; -1 for none). None while fewer than
+        ``min_turns`` assistant turns came after it: too little for a new judgement."""
+        if after is None:
+            after = self.answered.through
         window = judge_window(self._recent, self._history_messages)
         if after < 0:
             return window
@@ -127,6 +152,7 @@ class Conversation:
         self._recent.clear()
         self.task = None
         self._user_seen.clear()
+        self.answered = NOTHING_ANSWERED
 
     def snapshot(self) -> dict[str, Any]:
         """The conversation for a saved tracker state (fields of `TrackerState`)."""
@@ -157,3 +183,13 @@ class Conversation:
         self._recent = deque(decode(recent) or (), maxlen=self._recent.maxlen)
         self.task = decode(task)
         self._user_seen = set(user_seen)
+
+    def save_answered(self, ladder: LadderState) -> LadderState:
+        """``ladder`` carrying what is answered: a saved state keeps it in the ladder's
+        fields, where states saved before it moved here have it."""
+        ladder.acted_through, ladder.acted_digest = self.answered.through, self.answered.digest
+        return ladder
+
+    def load_answered(self, ladder: LadderState) -> None:
+        """What is answered, from a saved ladder state (`save_answered`)."""
+        self.answered = Answered(ladder.acted_through, ladder.acted_digest)

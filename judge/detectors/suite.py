@@ -1,15 +1,19 @@
-"""Build the detector set from a config, feed it events, and combine what it finds."""
+"""Build the detector set from a config and feed it events; what it finds is judged by
+`judge.decision.decide`."""
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
 from judge._codec import StepPool, decode, dump_attrs, encode, load_attrs
 from judge.config import TrackerConfig
+from judge.decision import NOTHING_FOUND as NOTHING_FOUND
+from judge.decision import SINGLE_SCORE as SINGLE_SCORE
+from judge.decision import Combined
+from judge.decision import combine as combine
 from judge.detectors.base import Detector, Event, Finding, Preflight, Refusal
 from judge.detectors.cycle import CycleDetector
 from judge.detectors.exact_repeat import ExactRepeatDetector
@@ -27,37 +31,10 @@ from judge.detectors.tool_classes import UNLIMITED, ToolClass, repeat_limit
 from judge.errors import EmbeddingsUnavailable, StateError
 from judge.history import Message, ToolCall
 
+# The name the tracker imports until it reads `judge.decision.Decision`.
+Assessment = Combined
 # Tool names whose repeat limit is remembered; agents use a few dozen tools at most.
 LIMITS_CACHED = 1024
-# Combination rules (design notes): one detector at its threshold, two strong signals, or
-# enough weighted evidence.
-SINGLE_SCORE = 0.9
-PAIR_SCORE = 0.7
-WEIGHTED_SUM = 0.6
-
-
-@dataclass(frozen=True, slots=True)
-class Assessment:
-    """The detectors' combined view after the latest message."""
-
-    loop: Finding | None  # the finding that makes this a loop, if any
-    suspicion: float  # the highest score, loop or not
-    findings: tuple[Finding, ...]
-
-
-# What most turns find: nothing (immutable, so one is shared).
-NOTHING_FOUND = Assessment(None, 0.0, ())
-
-
-def combine(findings: Sequence[Finding], weights: dict[str, float]) -> Assessment:
-    if not findings:
-        return NOTHING_FOUND
-    ranked = tuple(sorted(findings, key=lambda f: f.score, reverse=True))
-    top = ranked[0]
-    strong = [f for f in ranked if f.score >= PAIR_SCORE]
-    weighted = sum(weights.get(f.detector, 0.0) * f.score for f in ranked)
-    looping = top.score >= SINGLE_SCORE or len(strong) >= 2 or weighted >= WEIGHTED_SUM
-    return Assessment(top if looping else None, top.score, ranked)
 
 
 def default_detectors(config: TrackerConfig) -> list[Detector]:
@@ -219,7 +196,7 @@ class DetectorSuite:
 
     def findings(self) -> list[Finding]:
         """What each detector currently suspects (at most one finding per detector). Whether
-        that is a loop is decided in one place: `judge.response.responder.Responder.decide`."""
+        that is a loop is decided in one place: `judge.decision.decide`."""
         return list(self._findings.values())
 
     def snapshot(self) -> dict[str, Any]:

@@ -42,6 +42,8 @@ from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from judge.decision import LLM_PATTERN as LLM_PATTERN  # where the tests and callers look
+from judge.decision import agreement, may_stop
 from judge.verdict import Action, LoopKind
 
 if TYPE_CHECKING:
@@ -84,9 +86,6 @@ OVERRIDES_TO_DISABLE = 3
 # `PatternState` or a `Step` only on a loop verdict, so a quiet process never builds them
 # (issue 11: ~8 ms of every cold start).
 _DEFERRED = ConfigDict(defer_build=True)
-# The pattern of every loop the LLM judge finds: it names no call, so all its verdicts are
-# one loop for counting and overriding.
-LLM_PATTERN = "llm"
 
 
 def action_for(detection: int, mode: ResponseMode, ladder: Sequence[Action]) -> Action:
@@ -281,22 +280,13 @@ class Ladder:
         loop, ``looping`` when the check's verdict was a loop (a sure fast model trusted
         alone is a loop without agreement). A check that found no loop ends the stretch of
         agreement: what follows must agree twice again."""
-        agreements = self.state.judge_agreed
-        if agreed:
-            # The first and the latest are all the rule reads (the widest span), so the
-            # list never grows past two however long a stretch lasts.
-            if agreements:
-                agreements[1:] = [self.state.turn]
-            else:
-                agreements.append(self.state.turn)
-        elif not looping:
-            agreements.clear()
+        kept = agreement(self.state.judge_agreed, self.state.turn, both=agreed, looping=looping)
+        self.state.judge_agreed = list(kept)
 
     def judge_may_stop(self, min_interval: int) -> bool:
         """Whether the judge alone may stop the run: both models agreed on two checks at
-        least ``min_interval`` session turns apart (see the module docstring)."""
-        agreements = self.state.judge_agreed
-        return len(agreements) >= 2 and agreements[-1] - agreements[0] >= min_interval
+        least ``min_interval`` session turns apart (`judge.decision.may_stop`)."""
+        return may_stop(self.state.judge_agreed, min_interval)
 
     # -- evidence ------------------------------------------------------------------------
 
