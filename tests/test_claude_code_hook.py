@@ -26,6 +26,7 @@ from typing import Any
 import pytest
 
 from judge.config import ENV_PREFIX
+from judge.hooks.client import DAEMON_ENV
 from judge.integrations.claude_code import (
     DEFAULT_STATE_DIR_ENV,
     HookAnswer,
@@ -44,8 +45,12 @@ Outcome = dict[str, Any]
 
 
 def _hermetic_env() -> dict[str, str]:
-    """The child's environment without the user's LOOP_JUDGE_* settings."""
-    return {k: v for k, v in os.environ.items() if not k.startswith(ENV_PREFIX)}
+    """The child's environment without the user's LOOP_JUDGE_* settings, answering in
+    process: these tests are about the answers; the daemon that gives the same ones
+    (started in a temporary socket directory) is tests/test_hook_daemon.py's."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(ENV_PREFIX)}
+    env[DAEMON_ENV] = "off"
+    return env
 
 
 def run_hook(payload: Any, state_dir: Path, *, raw: bytes | None = None) -> tuple[str, str]:
@@ -341,7 +346,7 @@ def test_the_hook_path_imports_no_heavy_module(tmp_path: Path) -> None:
         heavy = {"litellm", "opentelemetry", "numpy", "onnxruntime"}
         assert not {name.split(".")[0] for name in imported} & heavy
         # Nor the rest of the CLI: rich, the eval machinery and the other commands.
-        assert not {"rich", "judge.cli.app", "judge.evaluation", "judge.cli.evaluate"} & imported
+        assert not {"rich", "judge.cli.app", "judge_eval", "judge_eval.cli.evaluate"} & imported
 
 
 # -- the same code in process: the finer cases ----------------------------------------------

@@ -6,15 +6,18 @@ exit code 0 and, only when it has something to say, the hook's JSON on stdout (s
 whatever goes wrong inside (an unreadable payload, a locked or unwritable state file, a
 bug) ends with exit 0, nothing on stdout and one line on stderr, so Claude Code carries on
 as if no hook ran. It runs on every tool call, so it imports only what the tracker needs,
-and litellm only when a judge check is due.
+and litellm only when a judge check is due; and the console script and ``python -m
+judge.hooks`` first ask the warm daemon (`judge.hooks.client`), which answers the same
+without the imports, and come here (`main`) when it does not answer.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 from typing import Any
 
-__all__ = ["add_parser", "run"]
+__all__ = ["add_parser", "main", "run"]
 
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -47,4 +50,27 @@ def run(args: argparse.Namespace, console: Any = None) -> int:
     protocol's, not a person's). Always 0; see `judge.integrations.claude_code.main`."""
     from judge.integrations.claude_code import answer_stdin
 
-    return answer_stdin(state_dir=args.state_dir)
+    return answer_stdin(state_dir=args.state_dir, raw=getattr(args, "raw", None))
+
+
+# pydantic's switch for its plugins (pydantic/plugin/_loader.py): "__all__" turns all off.
+PLUGINS_ENV = "PYDANTIC_DISABLE_PLUGINS"
+
+
+def main(argv: list[str], raw: bytes | None = None) -> int:
+    """``loop-judge hook ...`` (``argv`` with ``hook``) answered in process, with the
+    event's bytes ``raw`` when stdin was read already (by the daemon's client). As
+    `judge.cli`'s hook path: pydantic's plugin scan (~12 ms of each call) skipped for this
+    call only, unless the environment already says (the user's choice wins)."""
+    preset = PLUGINS_ENV in os.environ
+    if not preset:
+        os.environ[PLUGINS_ENV] = "__all__"
+    try:
+        parser = argparse.ArgumentParser(prog="loop-judge")
+        add_parser(parser.add_subparsers(dest="command", required=True))
+        args = parser.parse_args(argv)
+        args.raw = raw
+        return int(args.func(args, None))
+    finally:
+        if not preset:
+            os.environ.pop(PLUGINS_ENV, None)

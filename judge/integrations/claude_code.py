@@ -40,7 +40,9 @@ import os
 import re
 import sys
 import tempfile
+import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Coroutine, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from hashlib import blake2b
@@ -50,6 +52,7 @@ from typing import TYPE_CHECKING, Any, overload
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from judge.errors import LoopJudgeError, StateError
+from judge.hooks import client as _client
 from judge.state import TrackerState
 from judge.verdict import Action, Verdict
 
@@ -66,8 +69,11 @@ __all__ = [
     "HookEvent",
     "HookInputError",
     "HookSession",
+    "SessionCache",
     "SessionState",
     "SessionStore",
+    "answer_raw",
+    "answer_stdin",
     "default_state_dir",
     "handle_payload",
     "hook_config",
@@ -75,7 +81,7 @@ __all__ = [
 ]
 
 # The variable that moves the state directory (the command's --state-dir wins over it).
-DEFAULT_STATE_DIR_ENV = "LOOP_JUDGE_HOOK_STATE_DIR"
+DEFAULT_STATE_DIR_ENV = _client.STATE_DIR_ENV
 # Events Claude Code sends (hooks reference; the SDK's HookEvent literal).
 PRE_TOOL_USE = "PreToolUse"
 POST_TOOL_USE = "PostToolUse"
@@ -768,15 +774,9 @@ class HookSession:
 
 def default_state_dir() -> Path:
     """``$LOOP_JUDGE_HOOK_STATE_DIR``, else the user's cache directory (``$XDG_CACHE_HOME``
-    or ``~/.cache``; ``%LOCALAPPDATA%`` on Windows) under ``loop-judge/claude-code``."""
-    chosen = os.environ.get(DEFAULT_STATE_DIR_ENV)
-    if chosen:
-        return Path(chosen).expanduser()
-    base = os.environ.get("XDG_CACHE_HOME") or (
-        os.environ.get("LOCALAPPDATA") if os.name == "nt" else None
-    )
-    root = Path(base) if base else Path.home() / ".cache"
-    return root / "loop-judge" / "claude-code"
+    or ``~/.cache``; ``%LOCALAPPDATA%`` on Windows) under ``loop-judge/claude-code``
+    (`judge.hooks.client.default_state_dir`, which the daemon's client resolves alone)."""
+    return Path(_client.default_state_dir())
 
 
 class SessionStore:
@@ -817,7 +817,8 @@ class SessionStore:
             return None
 
     @staticmethod
-    def save(path: Path, state: SessionState) -> None:
+    def save(path: Path, state: SessionState) -> bytes:
+        """Write ``state``; returns the bytes written (`SessionCache` compares them)."""
         data = state.model_dump_json(exclude_defaults=False).encode("utf-8")
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.stem}.", suffix=".tmp")
         try:
@@ -828,6 +829,7 @@ class SessionStore:
             with contextlib.suppress(OSError):
                 os.unlink(tmp)
             raise
+        return data
 
     def prune(self, *, now: float | None = None) -> int:
         """Remove the files of sessions untouched for `STATE_TTL_S`; returns how many."""
@@ -915,13 +917,73 @@ def _run_without_loop(turn: Coroutine[Any, Any, HookAnswer]) -> HookAnswer:
     raise RuntimeError("a judge-less hook turn awaited an event loop")
 
 
+class SessionCache:
+    """Sessions kept warm between events by a long-lived process (the hook daemon,
+    `judge.hooks.daemon`), so an event skips the state file's parse and the tracker's
+    restore: the per-event cost the in-process path pays.
+
+    The state file stays the truth: it is still written after every event, and a session
+    is taken from here only while the file holds exactly the bytes this process last
+    wrote (read under the session's lock). Any other writer (the in-process path of a
+    hook that could not reach the daemon, a session pruned, another daemon) makes the
+    next event load the file, as the in-process path would. A session is taken out for
+    one event and put back after it, so an event that fails leaves nothing half-updated
+    here. ``size`` sessions at most, the least recently used dropped first.
+    """
+
+    def __init__(self, size: int = 64) -> None:
+        self._size = size
+        self._items: OrderedDict[str, tuple[bytes, HookSession]] = OrderedDict()
+        self._mutex = threading.Lock()
+
+    def take(self, path: Path) -> HookSession | None:
+        """The warm session saved at ``path``, if the file is still what it wrote."""
+        with self._mutex:
+            item = self._items.pop(str(path), None)
+        if item is None:
+            return None
+        try:
+            current = path.read_bytes()
+        except OSError:
+            return None
+        return item[1] if current == item[0] else None
+
+    def put(self, path: Path, written: bytes, session: HookSession) -> None:
+        with self._mutex:
+            self._items[str(path)] = (written, session)
+            self._items.move_to_end(str(path))
+            while len(self._items) > self._size:
+                self._items.popitem(last=False)
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+
+def _allowed_preflight_keeps(session: HookSession) -> bool:
+    """Whether an allowed PreToolUse leaves the warm session as a restore from the file
+    would be. The in-process path saves nothing after an allowed preflight, so whatever
+    the preflight changed in memory is gone at the next event; the one thing it changes
+    is the suite's record of refused calls awaiting their echo (`DetectorSuite.allowed`).
+    With none waiting there is nothing to change; with some (or a suite this cannot
+    read) the session is dropped and the next event restores it from the file."""
+    suite = getattr(session.tracker, "_suite", None)
+    echoes = getattr(suite, "_echoes", None)
+    return isinstance(echoes, list) and not echoes
+
+
 def handle_payload(
-    payload: Any, *, state_dir: Path | str | None = None, config: TrackerConfig | None = None
+    payload: Any,
+    *,
+    state_dir: Path | str | None = None,
+    config: TrackerConfig | None = None,
+    cache: SessionCache | None = None,
 ) -> HookAnswer:
     """Answer one decoded hook payload, with the session's state loaded and saved.
 
     Raises `HookInputError` for a payload that is not a hook event, `TimeoutError` when
-    the session stays locked; the command turns every error into "no opinion".
+    the session stays locked; the command turns every error into "no opinion". With
+    ``cache`` (a long-lived process), the session comes from it when the state file is
+    unchanged since this process wrote it, and goes back to it after the event.
     """
     import judge.tracker  # noqa: F401 - imported before the lock, not while others wait
     from judge.response.telemetry import Telemetry
@@ -930,9 +992,14 @@ def handle_payload(
     config = config if config is not None else hook_config()
     store = SessionStore(state_dir if state_dir is not None else default_state_dir())
     with store.locked(event.session_key) as path:
-        # No telemetry: the process ends before any exporter could send a span, and looking
-        # for opentelemetry costs every tool call tens of milliseconds.
-        session = HookSession(config, store.load(path), telemetry=Telemetry())
+        session = cache.take(path) if cache is not None else None
+        if session is None:
+            # No telemetry: the process ends before any exporter could send a span, and
+            # looking for opentelemetry costs every tool call tens of milliseconds.
+            session = HookSession(config, store.load(path), telemetry=Telemetry())
+        keeps = (
+            cache is not None and event.name == PRE_TOOL_USE and _allowed_preflight_keeps(session)
+        )
         if event.name == PRE_TOOL_USE:
             answer = session.preflight(event)  # no event loop to start: the common case
         elif not config.judge_enabled:
@@ -942,7 +1009,13 @@ def handle_payload(
 
             answer = anyio.run(session.answer, event)
         if event.name != PRE_TOOL_USE or answer:
-            store.save(path, session.state)  # an allowed preflight changes nothing
+            written = store.save(path, session.state)
+            if cache is not None:
+                cache.put(path, written, session)
+        elif keeps and cache is not None:
+            # An allowed preflight changes nothing on file; the session is as it was.
+            with contextlib.suppress(OSError):
+                cache.put(path, path.read_bytes(), session)
     if event.name in _STOP_EVENTS:
         store.prune()
     return answer
@@ -973,23 +1046,49 @@ def _scrubbed(message: str) -> str:
         return "(message withheld)"
 
 
-def answer_stdin(*, state_dir: str | None = None) -> int:
-    """Answer the event on stdin on stdout; returns `EXIT_HOOK` whatever happens."""
+def answer_raw(
+    raw: bytes | None,
+    *,
+    state_dir: Path | str | None = None,
+    config: TrackerConfig | None = None,
+    cache: SessionCache | None = None,
+) -> tuple[str, str]:
+    """The text the hook prints for the event ``raw`` (read from stdin when None): its
+    stdout (the answer's JSON line, or nothing) and its stderr (one "ignored" line, or
+    nothing). Never raises. The command and the daemon both print exactly this."""
     # The tracker logs loop verdicts; in a hook process nobody reads them, and Python's
     # last-resort handler would print each on stderr beside our one line.
     logging.getLogger("judge").addHandler(logging.NullHandler())
     try:
-        raw = sys.stdin.buffer.read(MAX_PAYLOAD_BYTES + 1)
+        if raw is None:
+            raw = sys.stdin.buffer.read(MAX_PAYLOAD_BYTES + 1)
         if len(raw) > MAX_PAYLOAD_BYTES:
             raise HookInputError(f"hook input is over {MAX_PAYLOAD_BYTES} bytes")
-        answer = handle_payload(json.loads(raw), state_dir=state_dir)
-        if answer:
-            sys.stdout.write(json.dumps(answer.to_json(), ensure_ascii=False) + "\n")
-            sys.stdout.flush()
+        answer = handle_payload(json.loads(raw), state_dir=state_dir, config=config, cache=cache)
+        out = json.dumps(answer.to_json(), ensure_ascii=False) + "\n" if answer else ""
+        return out, ""
     except Exception as exc:  # a hook must never break the agent: anything at all
-        # One line, the error's type and message only: never the payload (it quotes code).
-        message = _scrubbed(" ".join(str(exc).split())[:300])
-        sys.stderr.write(f"loop-judge hook: ignored ({type(exc).__name__}: {message})\n")
+        return "", _ignored(exc)
+
+
+def _ignored(exc: BaseException) -> str:
+    # One line, the error's type and message only: never the payload (it quotes code).
+    message = _scrubbed(" ".join(str(exc).split())[:300])
+    return f"loop-judge hook: ignored ({type(exc).__name__}: {message})\n"
+
+
+def answer_stdin(*, state_dir: str | None = None, raw: bytes | None = None) -> int:
+    """Answer the event on stdin (or ``raw``, when stdin was read already) on stdout;
+    returns `EXIT_HOOK` whatever happens."""
+    out, err = answer_raw(raw, state_dir=state_dir)
+    try:
+        if out:
+            sys.stdout.write(out)
+            sys.stdout.flush()
+    except Exception as exc:  # as any other failure: one line, no answer
+        err = _ignored(exc)
+    if err:
+        sys.stderr.write(err)
     return EXIT_HOOK
 
 
