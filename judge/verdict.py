@@ -36,6 +36,33 @@ class JudgeStage(str, Enum):
     CONFIRM = "confirm"
 
 
+class JudgeFailureKind(str, Enum):
+    """Which way a judge call failed (`JudgeFailure.kind`); one per `judge.errors` class."""
+
+    TIMEOUT = "timeout"  # JudgeTimeout
+    CONNECTION = "connection"  # JudgeConnectionError
+    RATE_LIMITED = "rate_limited"  # JudgeRateLimited
+    CONTEXT = "context"  # JudgeContextError: the prompt does not fit
+    HTTP = "http"  # any other JudgeHTTPError
+    OUTPUT = "output"  # JudgeOutputError: an answer, but not a valid assessment
+    OTHER = "other"  # a JudgeError of a client's own
+
+
+class JudgeFailure(BaseModel):
+    """Why one judge call gave no answer, as values a program can branch on.
+
+    ``status`` is the HTTP status where the endpoint answered with one (429 for a rate
+    limit), ``retry_after`` the seconds a rate-limited server asked for. The text stays in
+    `JudgeCall.error` (redacted with the verdict's other texts).
+    """
+
+    model_config = ConfigDict(frozen=True, defer_build=True)
+
+    kind: JudgeFailureKind
+    status: int | None = None
+    retry_after: float | None = None
+
+
 class JudgeCall(BaseModel):
     """One model consulted during one check, successful or not.
 
@@ -57,6 +84,9 @@ class JudgeCall(BaseModel):
     completion_tokens: int | None = None
     cost_usd: float | None = Field(default=None, description="None when litellm has no price")
     error: str | None = None
+    failure: JudgeFailure | None = Field(
+        default=None, description="the typed reason when error is set"
+    )
 
     @property
     def ok(self) -> bool:
@@ -129,6 +159,11 @@ class Verdict(BaseModel):
         if self.source is None or self.source == Origin.LLM.value:
             return None
         return self.source.partition(":")[2]
+
+    @property
+    def judge_failures(self) -> list[JudgeFailure]:
+        """The typed failures of this turn's judge calls (``errors`` holds their text)."""
+        return [call.failure for call in self.judge_calls if call.failure is not None]
 
     def __bool__(self) -> bool:
         return self.looping
