@@ -129,3 +129,33 @@ def test_a_verdict_source_has_typed_parts_and_a_checked_shape() -> None:
     for bad in ("heuristic", "heuristic:", "regex:foo", "LLM"):
         with pytest.raises(ValueError, match="source must be"):
             Verdict(source=bad)
+
+
+def test_a_failed_judge_call_is_typed_on_the_verdict() -> None:
+    """A program tells a rate limit from a bad answer without parsing ``errors``."""
+    import anyio
+
+    from judge.errors import JudgeRateLimited
+    from judge.verdict import JudgeFailureKind
+
+    class Limited:
+        async def complete(
+            self, model: str, messages: list[dict[str, str]], *, schema: dict[str, Any]
+        ) -> judge.ModelReply:
+            raise JudgeRateLimited("slow down", model=model, retry_after=7.0)
+
+    tracker = LoopTracker(
+        TrackerConfig(
+            semantic="off", fast_model="mine/fast", check_after_turns=1, initial_interval=1
+        ),
+        client=Limited(),
+    )
+    history = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}]
+    verdict = anyio.run(tracker.turn_started, history)
+    [failure] = verdict.judge_failures
+    assert (failure.kind, failure.status, failure.retry_after) == (
+        JudgeFailureKind.RATE_LIMITED,
+        429,
+        7.0,
+    )
+    assert verdict.errors and "slow down" in verdict.judge_calls[0].error

@@ -18,8 +18,9 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 
+from judge import errors
 from judge.errors import JudgeError
-from judge.verdict import JudgeCall, JudgeStage
+from judge.verdict import JudgeCall, JudgeFailure, JudgeFailureKind, JudgeStage
 
 if TYPE_CHECKING:
     from judge.llm.assessment import Assessment
@@ -50,6 +51,28 @@ class JudgeOutcome:
     evidence: list[int] = field(default_factory=list)
     prepare_s: float = 0.0
     not_ready: bool = False
+
+
+# Most specific first: JudgeContextError is a JudgeHTTPError.
+_FAILURE_KINDS: tuple[tuple[type[JudgeError], JudgeFailureKind], ...] = (
+    (errors.JudgeTimeout, JudgeFailureKind.TIMEOUT),
+    (errors.JudgeConnectionError, JudgeFailureKind.CONNECTION),
+    (errors.JudgeRateLimited, JudgeFailureKind.RATE_LIMITED),
+    (errors.JudgeContextError, JudgeFailureKind.CONTEXT),
+    (errors.JudgeHTTPError, JudgeFailureKind.HTTP),
+    (errors.JudgeOutputError, JudgeFailureKind.OUTPUT),
+)
+# A rate limit is an HTTP 429 whether or not the error class carries a status.
+_RATE_LIMITED_STATUS = 429
+
+
+def failure_of(exc: JudgeError) -> JudgeFailure:
+    """The typed reason a judge call failed, for `JudgeCall.failure`."""
+    kind = next((k for cls, k in _FAILURE_KINDS if isinstance(exc, cls)), JudgeFailureKind.OTHER)
+    if isinstance(exc, errors.JudgeRateLimited):
+        return JudgeFailure(kind=kind, status=_RATE_LIMITED_STATUS, retry_after=exc.retry_after)
+    status = exc.status if isinstance(exc, errors.JudgeHTTPError) else None
+    return JudgeFailure(kind=kind, status=status)
 
 
 def preload_litellm() -> None:
@@ -150,6 +173,7 @@ class TwoStageJudge:
                 completion_tokens=reply.completion_tokens if reply is not None else None,
                 cost_usd=reply.cost_usd if reply is not None else None,
                 error=f"{type(exc).__name__}: {exc}",
+                failure=failure_of(exc),
             )
             return call, None
         call = JudgeCall(
