@@ -377,10 +377,6 @@ def _all_patterns() -> list[re.Pattern[str]]:
 
     patterns = [r.pattern for r in module._builtin_rules() if hasattr(r, "pattern")]
     patterns += [v for v in vars(module).values() if isinstance(v, re.Pattern)]
-    # The one-pass trigger scan, built per redactor from every rule's trigger words.
-    scan = module.default_redactor()._scan._pattern
-    assert scan is not None
-    patterns.append(scan)
     return patterns
 
 

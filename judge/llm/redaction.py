@@ -3,17 +3,21 @@
 An agent's history routinely holds credentials: a ``cat .env``, a ``curl -u``, a stack
 trace printing a connection URL, a tool call whose JSON arguments carry a token. The judge
 needs to see that the agent is stuck, never the secret, and neither do logs, telemetry or a
-verdict's texts; so every secret-looking span is replaced by ``[REDACTED:<kind>]``, which
-still tells a reader what was there.
+verdict's texts; so every secret-looking span is replaced by a placeholder that still tells
+a reader what was there: ``[REDACTED:<kind>]``, or, from a keyed redactor
+(`Redactor.keyed`, one per tracker), ``[REDACTED:<kind>:<hash>]`` with a short keyed hash
+of the secret, so equal secrets read as equal and different ones as different.
 
 The rules read the text as its reader would see it. A tool call's arguments and many tool
 results are JSON, where a line break is the two characters ``\n``, so a token at the start
 of a line follows an ``n`` and no boundary; a terminal colours a token with escape codes
-that stand between it and its boundary too. So the rules run on the text as written and on
-views of it with one, two and three levels of JSON string escapes decoded and colour codes
-(raw or escaped as ``\u001b``) dropped (`_View`); every span found in a view is mapped
-back to the original, widened to whole escapes, so a JSON text stays valid JSON with its
-formatting untouched. Each view is one linear pass.
+that stand between it and its boundary too, and folds a token wider than itself onto the
+next line. So the rules run on the text as written and on views of it with one, two and
+three levels of JSON string escapes decoded and colour codes (raw or escaped as
+``\u001b``) dropped (`_View`), and on the last of them with folded lines joined again
+(`_folds`); every span found in a view is mapped back to the original, widened to whole
+escapes, so a JSON text stays valid JSON with its formatting untouched. Each view is one
+linear pass.
 
 Two families of rules find the spans; all run on the original text and its views, their
 spans are merged (overlaps become one marker, named by the rule listed first), and only
@@ -106,7 +110,28 @@ alone, not inside a longer token such as base64 image data.
 ``clipped_secret``
     What a clip left of a credential: a known prefix (``ghp_``, ``sk-ant-``, ``AKIA``...)
     or a URL's password, cut by an ellipsis (the detectors' summaries quote a call that
-    way), too short for its full rule and too long to show.
+    way), too short for its full rule and too long to show; or any run of 12 or more token
+    characters cut by the ellipsis that looks machine-made (`_secret_like`).
+
+``private_key`` (other envelopes)
+    An SSH2 key (``---- BEGIN SSH2 ENCRYPTED PRIVATE KEY ----`` to its END line), a PuTTY
+    key's private lines and MAC (``Private-Lines: N``, the lines, ``Private-MAC:``; the
+    public lines stay), and a PEM private key that is itself base64 (kubeconfig's
+    ``client-key-data: LS0tLS1CRUdJTi...``, decoded far enough to see ``PRIVATE KEY``; a
+    certificate's ``client-certificate-data`` stays), also wrapped over lines.
+
+``opaque_token``
+    A token of no known format where its place says credential, hidden when it also looks
+    machine-made: at least 20 characters (12 where the context names a secret), letters
+    and digits, character classes alternating as random ones do, and Shannon entropy near
+    the most its length and alphabet allow (`_secret_like`; the way gitleaks and
+    detect-secrets pair a keyword with an entropy threshold, with the context first). The
+    places: a URL's user part with no password (``https://<token>@github.com``); a URL's
+    path segment (``/hooks/catch/<token>``; any token after a segment naming a secret,
+    ``/with/key/<token>``); a name that says secret whose value is not beside it but on
+    the next lines or inside a nested structure (``client_secret:`` then an indented block,
+    ``{"api_key": {"value": ...}}``). Never where no context names or allows one, and never
+    a hex digest, a UUID or base64 file data (PNG, JPEG, PDF...) outside a named context.
 
 **A name and its value apart** (reported as ``password`` or ``secret`` by the same word
 test as an assignment's key):
@@ -125,7 +150,8 @@ test as an assignment's key):
 * a ``.pgpass`` line ``host:port:database:user:password`` whose host reads as one and
   whose password has a digit or a sign, so log fields and MAC addresses stay;
 * a CSV whose header names a secret column (AWS's ``credentials.csv``): that column of
-  the rows below it, up to 50 rows of the same width.
+  the rows below it, up to 50 rows of the same width; flattened onto one line (a verdict's
+  summary joins lines with blanks), every credential-looking field after the header.
 
 Placeholders are never secrets: ``$VAR``, ``<YOUR_TOKEN>``, ``your-api-key-here``, and
 AWS's documented example keys (``AKIAIOSFODNN7EXAMPLE``, ``...EXAMPLEKEY``); nor are masks
@@ -144,18 +170,33 @@ time each on megabyte inputs built to make backtracking engines stall).
 
 from __future__ import annotations
 
+import base64
+import binascii
+import hashlib
+import hmac
 import json
+import math
+import os
 import re
 from bisect import bisect_right
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from functools import cache, lru_cache
 from importlib import resources
+from itertools import pairwise
 from typing import Any
 
 from judge.errors import ConfigError
 
 MARKER = "[REDACTED:{kind}]"
+# A keyed redactor's placeholder (`Redactor.placeholder`): the kind and a short keyed hash.
+KEYED_MARKER = "[REDACTED:{kind}:{hash}]"
+# Hex digits of the keyed hash: 32 bits, so two different secrets of one tracker share a
+# placeholder with odds near 2**-32, and the placeholder says little about its secret.
+PLACEHOLDER_HEX = 8
+# Bytes of a random placeholder key, and the fewest a given key may have.
+_KEY_BYTES = 32
+_KEY_BYTES_MIN = 16
 # Every built-in rule's marker starts with this; a value already holding it is skipped, so
 # redacting twice changes nothing.
 _MARKER_PREFIX = "[REDACTED:"
@@ -426,7 +467,8 @@ class _ResolvedRule(_Rule):
 
 @dataclass(frozen=True, slots=True)
 class _PemRule(_Rule):
-    """PEM private keys: BEGIN to END, or to the last base64 character when END is gone.
+    """PEM private keys: BEGIN to END, or to the last base64 character when END is gone;
+    with ``begin`` and ``end`` of their own, another envelope of the same shape (SSH2).
 
     The END line is searched for once per block and remembered, so a text of many BEGIN
     lines without END is still read in one pass.
@@ -434,20 +476,24 @@ class _PemRule(_Rule):
 
     kind: str = "private_key"
     triggers: tuple[str, ...] = ("private key",)
+    begin: re.Pattern[str] | None = None
+    end: re.Pattern[str] | None = None
 
     def spans(self, text: str) -> list[Span]:
+        begins = self.begin or _PEM_BEGIN
+        ends = self.end or _PEM_END
         found: list[Span] = []
         pos = 0
         end_match: re.Match[str] | None = None
         no_end_after = len(text) + 1
         while True:
-            begin = _PEM_BEGIN.search(text, pos)
+            begin = begins.search(text, pos)
             if begin is None:
                 return found
             end: int | None = None
             if begin.end() < no_end_after:
                 if end_match is None or end_match.start() < begin.end():
-                    end_match = _PEM_END.search(text, begin.end())
+                    end_match = ends.search(text, begin.end())
                 if end_match is None:
                     no_end_after = begin.end()
                 else:
@@ -906,6 +952,259 @@ _AWS_CONFIGURE = (
 )
 
 
+# -- opaque tokens in context ------------------------------------------------------------------
+#
+# A credential of a format no rule knows is still a run of random characters, and where
+# it stands says what it is: after a name that says secret in the same structure, as the
+# user of a URL, as a path segment of one, cut short by a clip. The rules below read
+# those places and hide a token there only when it also looks machine-made (`_secret_like`):
+# long enough, of several character classes that alternate the way random ones do, and of
+# high Shannon entropy for its length and alphabet. This is how gitleaks and detect-secrets
+# pair a keyword with an entropy threshold; the context comes first here, since entropy
+# alone would hide every checksum, UUID and base64 image as well. Digests (hex only), UUIDs,
+# data URIs and file contents in base64 (by their first bytes) never count as secrets in a
+# context that does not name one.
+
+_UUID = re.compile(r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}")
+_HEX = re.compile(r"[0-9a-fA-F]+")
+# base64 of a file's first bytes: PNG, JPEG, GIF, PDF, ZIP, RIFF (WebP, WAV), gzip, MP4 and
+# other ISO media ("AAAA" + box size), WOFF2; data, never a credential.
+_DATA_PREFIXES = (
+    "iVBORw0KGgo",
+    "/9j/",
+    "R0lGOD",
+    "JVBERi0",
+    "UEsDB",
+    "UklGR",
+    "H4sI",
+    "AAAA",
+    "d09GMg",
+)
+# The fewest characters an opaque token is judged at, where the context names a secret
+# (lenient) and where it only allows one (strict).
+_OPAQUE_MIN_NAMED = 12
+_OPAQUE_MIN = 20
+_OPAQUE_MAX = 4096
+# Of a random token's characters, at least this share are letters or digits (a path or a
+# sentence has more punctuation).
+_ALNUM_SHARE = 0.75
+# Entropy, as a share of the most a string of its length and alphabet can have: random
+# base62 of 20 characters reaches about 0.9 of it, "DeployNightlyBuild2024" about 0.75.
+_ENTROPY_SHARE = 0.72
+_ENTROPY_SHARE_NAMED = 0.6
+# Changes of character class (lower, upper, digit) between neighbours, per character:
+# about 0.6 for random base62, 0.45 for random hex, 0.15 for CamelCase words.
+_CLASS_CHANGES = 0.28
+_CLASS_CHANGES_NAMED = 0.18
+
+
+def _entropy(value: str) -> float:
+    """Shannon entropy of ``value`` in bits per character."""
+    n = len(value)
+    counts: dict[str, int] = {}
+    for c in value:
+        counts[c] = counts.get(c, 0) + 1
+    return -sum(k / n * math.log2(k / n) for k in counts.values())
+
+
+def _char_class(c: str) -> int:
+    if "a" <= c <= "z":
+        return 1
+    if "A" <= c <= "Z":
+        return 2
+    if "0" <= c <= "9":
+        return 3
+    return 0
+
+
+def _secret_like(value: str, *, named: bool = False) -> bool:
+    """Whether an opaque token reads as machine-made (see above). ``named``: the context
+    names a secret (a key, a header, a URL's user part), so a shorter token, a hex one, or
+    one of fewer classes counts."""
+    n = len(value)
+    if not (_OPAQUE_MIN_NAMED if named else _OPAQUE_MIN) <= n <= _OPAQUE_MAX:
+        return False
+    if _is_placeholder(value) or _UUID.search(value) or value.startswith(_DATA_PREFIXES):
+        return False
+    core = value.rstrip("=")
+    hex_only = _HEX.fullmatch(core) is not None
+    if hex_only and not named:
+        return False  # a digest, a git SHA, a checksum
+    classes = [_char_class(c) for c in core]
+    alnum = sum(1 for k in classes if k)
+    if alnum < _ALNUM_SHARE * len(core):
+        return False
+    present = {k for k in classes if k}
+    if len(present) < 2 or (not named and 3 not in present):
+        return False
+    changes = sum(1 for a, b in pairwise(classes) if a != b and a and b)
+    if changes < (_CLASS_CHANGES_NAMED if named else _CLASS_CHANGES) * len(core):
+        return False
+    alphabet = 16 if hex_only else 64
+    most = min(math.log2(alphabet), math.log2(len(core)))
+    share = _ENTROPY_SHARE_NAMED if named else _ENTROPY_SHARE
+    return _entropy(core) >= share * most
+
+
+def _named_secret_like(value: str) -> bool:
+    return _secret_like(value, named=True)
+
+
+# A URL's user part with no password ("https://<token>@github.com"): a name like "git" or
+# "alice" stays, a token goes.
+_URL_USER = (
+    r"\b[A-Za-z][A-Za-z0-9+.\-]{0,20}://(?P<secret>[^\s:/?#@\"'<>\\]{12,256})@"
+    r"(?=[^\s/?#@\"'<>\\])"
+)
+# A URL and its path, up to a query, a fragment, a quote or a blank.
+_URL_PATH = re.compile(
+    r"\b[A-Za-z][A-Za-z0-9+.\-]{0,20}://[^\s/?#\"'<>\\]{1,256}(?P<path>/[^\s?#\"'<>\\]{1,2048})"
+)
+_PATH_SEGMENT = re.compile(r"[^/]+")
+
+
+def _resolve_url_path(m: re.Match[str]) -> tuple[list[Span], int]:
+    """Path segments that are tokens: any after a segment naming a secret ("/key/<token>",
+    "/token/<token>"), else one that looks machine-made by the strict test (a webhook's
+    secret path, a bot token)."""
+    spans: list[Span] = []
+    base = m.start("path")
+    previous = ""
+    for seg in _PATH_SEGMENT.finditer(m.group("path")):
+        value = seg.group()
+        named = _key_class(previous) is not None
+        if _secret_like(value, named=named):
+            spans.append(("opaque_token", base + seg.start(), base + seg.end()))
+        previous = value
+    return spans, m.end()
+
+
+# A name that says secret whose value is not beside it: on the next lines ("client_secret:"
+# then an indented block), in a nested structure ({"api_key": {"value": ...}}), in a list.
+_NAME_ALONE = re.compile(
+    rf"(?<![A-Za-z0-9_.\-\\]){_Q}(?P<key>[A-Za-z_][A-Za-z0-9_.\-]{{0,{_KEY_MAX}}}){_Q}"
+    r"[ \t]*[:=][ \t]*(?:[|>][+-]?[ \t]*)?(?=[\[{]|\r?\n|\\r?\\n)"
+)
+# How far after such a name its value is looked for, and how many tokens are read there.
+_NEARBY = 200
+_NEARBY_TOKENS = 6
+# A token does not start inside another, nor right after a backslash (the "n" of an
+# escaped line break is no token's first character; the decoded view reads it).
+_OPAQUE_TOKEN = re.compile(r"(?<![A-Za-z0-9+/_.~=$\\-])[A-Za-z0-9+/_.~=$-]{12,4096}")
+
+
+def _resolve_name_alone(m: re.Match[str]) -> tuple[list[Span], int]:
+    if _key_class(m.group("key")) is None:
+        return [], m.end()
+    text = m.string
+    spans: list[Span] = []
+    stop = min(len(text), m.end() + _NEARBY)
+    for n, token in enumerate(_OPAQUE_TOKEN.finditer(text, m.end(), stop)):
+        if n == _NEARBY_TOKENS:
+            break
+        value = token.group()
+        if token.end() == stop and stop < len(text):
+            break  # cut by the window: judged where it ends
+        if _secret_like(value):
+            spans.append(("opaque_token", token.start(), token.end()))
+    return spans, m.end()
+
+
+# What a clip left of a token: a run of token characters cut by an ellipsis. Whatever its
+# format, a random run this long is a credential's piece (the known prefixes shorter than
+# this are read by the clipped_secret rule).
+_CLIPPED_RUN = r"(?<![A-Za-z0-9_+/$.~\\-])(?P<secret>[A-Za-z0-9_+/$.~-]{12,4096})" + _ELLIPSIS
+
+
+def _clipped_like(value: str) -> bool:
+    """A clipped token's piece: random by the strict test, shortened as the clip left it."""
+    return _secret_like(value, named=len(value) < _OPAQUE_MIN) and not _HEX.fullmatch(value)
+
+
+# A CSV that a summary flattened onto one line ("id,name,api_token,created 1,ci-bot,<token>,
+# 2026-01-02"): the header names a secret column, the rows follow after a space. Which
+# field is which is lost, so every field after the header that looks like a credential
+# (a letter and a digit, or a sign among letters) is hidden.
+_CSV_FLAT = re.compile(r"(?<![A-Za-z0-9_,])[A-Za-z_][A-Za-z0-9 _.-]{0,60},[A-Za-z_][^\r\n]{0,4000}")
+_CSV_HEADER_FIELD = re.compile(r"[ \t]*[A-Za-z_][A-Za-z _.-]{0,60}")
+_CSV_FIELD = re.compile(r"[^,\s]+")
+
+
+def _resolve_csv_flat(m: re.Match[str]) -> tuple[list[Span], int]:
+    """The header is the leading fields that are names (letters, no digits); the fields
+    after it are rows, the first of them joined to the header's last name by a space."""
+    fields = m.group().split(",")
+    header = 0
+    while header < len(fields) and _CSV_HEADER_FIELD.fullmatch(fields[header]):
+        header += 1
+    at = m.start() + sum(len(f) + 1 for f in fields[:header])
+    names = [f.strip() for f in fields[:header]]
+    if header < len(fields):
+        # The field where the rows begin: its name, a blank, the first row's first value.
+        joined = _CSV_HEADER_FIELD.match(fields[header])
+        name = joined.group().strip().rpartition(" ")[0] if joined is not None else ""
+        if name:
+            names.append(name)
+    if len(names) < 2 or not any(_key_class(name) for name in names):
+        return [], m.start() + len(fields[0]) + 1
+    spans: list[Span] = []
+    for field in _CSV_FIELD.finditer(m.string, at, m.end()):
+        raw = field.group()
+        value = raw.strip("\"'").rstrip(_ELLIPSIS)
+        if len(value) < 8 or _MARKER_PREFIX in value or "://" in value or _is_placeholder(value):
+            continue
+        signs = any(not c.isalnum() for c in value) and sum(c.isalpha() for c in value) >= 4
+        if _looks_random(value) or (signs and any(c.isdigit() for c in value)):
+            start = field.start() + raw.index(value)
+            spans.append(("secret", start, start + len(value)))
+    return spans, m.end()
+
+
+# -- private keys in other envelopes -----------------------------------------------------------
+
+# PuTTY's .ppk: a header, the public part, then "Private-Lines: N", the private key's base64
+# lines and its MAC. From Private-Lines to the end of the MAC line is hidden (or to the last
+# base64 character when the MAC is gone); the public lines stay.
+_PUTTY_LINES = re.compile(r"Private-Lines:[ \t]*(?P<n>\d{1,4})[ \t]*\r?\n")
+_PUTTY_LINE = re.compile(r"[A-Za-z0-9+/=]{1,256}(?:\r?\n|$)")
+_PUTTY_MAC = re.compile(r"Private-(?:MAC|Hash):[ \t]*[0-9a-fA-F]{1,128}")
+
+
+def _resolve_putty(m: re.Match[str]) -> tuple[list[Span], int]:
+    text = m.string
+    at = m.end()
+    for _ in range(int(m.group("n"))):
+        line = _PUTTY_LINE.match(text, at)
+        if line is None:
+            break
+        at = line.end()
+    mac = _PUTTY_MAC.match(text, at)
+    end = mac.end() if mac is not None else at
+    return ([("private_key", m.start(), end)] if end > m.end() else []), max(end, m.end())
+
+
+# The SSH2 (RFC 4716, ssh.com) private key: "---- BEGIN SSH2 ENCRYPTED PRIVATE KEY ----".
+_SSH2_BEGIN = re.compile(r"---- BEGIN SSH2 (?:ENCRYPTED )?PRIVATE KEY ----")
+_SSH2_END = re.compile(r"---- END SSH2 (?:ENCRYPTED )?PRIVATE KEY ----")
+# A private key whose PEM is itself base64 (kubeconfig's client-key-data, a Kubernetes
+# secret's data): "-----BEGIN" encodes to "LS0tLS1CRUdJTi" at the start of the value. It is
+# read whole, its start decoded to see that a private key's BEGIN line is inside.
+_B64_PEM = re.compile(r"(?<![A-Za-z0-9+/])LS0tLS1CRUdJTi[A-Za-z0-9+/]{8,20000}={0,2}")
+_B64_HEAD = 96
+
+
+def _resolve_b64_pem(m: re.Match[str]) -> tuple[list[Span], int]:
+    head = m.group()[:_B64_HEAD]
+    head = head[: len(head) // 4 * 4]
+    try:
+        decoded = base64.b64decode(head).decode("ascii", "replace")
+    except (ValueError, binascii.Error):
+        return [], m.end()
+    if "PRIVATE KEY" not in decoded:
+        return [], m.end()  # a certificate, a public key
+    return [("private_key", m.start(), m.end())], m.end()
+
+
 # Words one of which a secret's name holds (the assignment, pair, element and CSV rules).
 _SECRET_TRIGGERS = ("pass", "pwd", "secret", "token", "key", "credential", "auth", "sig", "pat")
 
@@ -1046,7 +1345,22 @@ def _builtin_rules() -> tuple[_Rule, ...]:
             (_ELLIPSIS,),
         ),
     ]
-    return (_PemRule(), *_format_rules(), *context)
+    envelopes: list[_Rule] = [
+        _PemRule(),
+        _PemRule(triggers=("ssh2",), begin=_SSH2_BEGIN, end=_SSH2_END),
+        _ResolvedRule("private_key", _PUTTY_LINES, ("private-lines",), _resolve_putty),
+        _ResolvedRule("private_key", _B64_PEM, ("ls0tls1crudjt",), _resolve_b64_pem),
+    ]
+    # Last: an opaque token is named by the rule of its format or context when one finds
+    # it too (an overlap takes the earliest rule's kind).
+    opaque: list[_Rule] = [
+        _PatternRule("opaque_token", _URL_USER, ("://",), _named_secret_like),
+        _ResolvedRule("opaque_token", _URL_PATH, ("://",), _resolve_url_path),
+        _ResolvedRule("opaque_token", _NAME_ALONE, _SECRET_TRIGGERS, _resolve_name_alone),
+        _ResolvedRule("secret", _CSV_FLAT, _SECRET_TRIGGERS, _resolve_csv_flat),
+        _PatternRule("clipped_secret", _CLIPPED_RUN, (_ELLIPSIS,), _clipped_like),
+    ]
+    return (*envelopes, *_format_rules(), *context, *opaque)
 
 
 def _kinds(rules: Iterable[_Rule]) -> tuple[str, ...]:
@@ -1060,120 +1374,6 @@ def _kinds(rules: Iterable[_Rule]) -> tuple[str, ...]:
 
 
 BUILTIN_KINDS: tuple[str, ...] = _kinds(_builtin_rules())
-
-
-def _trie_pattern(words: Iterable[str]) -> str:
-    """A regular expression matching any of ``words``, written as their prefix tree, that
-    matches the longest word at its position: where a word ends and longer ones go on, the
-    rest is an optional group, and a greedy ``?`` tries the longer words first.
-
-    Linear: each group is entered at most once per position it is tried at, and every
-    branch of a group starts with a different character, so at most one can go on.
-    """
-    tree: dict[str, Any] = {}
-    for word in words:
-        node = tree
-        for char in word:
-            node = node.setdefault(char, {})
-        node[""] = {}  # a word ends here
-
-    def emit(node: dict[str, Any]) -> str:
-        branches = [re.escape(char) + emit(child) for char, child in sorted(node.items()) if char]
-        if not branches:
-            return ""
-        ends_here = "" in node
-        if len(branches) == 1 and not ends_here:
-            return branches[0]
-        return "(?:" + "|".join(branches) + ")" + ("?" if ends_here else "")
-
-    return emit(tree)
-
-
-class _TriggerScan:
-    """Which of a rule set's trigger words occur in a lowercased text, in one pass.
-
-    Checking each rule's triggers with ``in`` reads the text once per trigger (136 of them
-    for the built-in rules) from a Python loop per rule: about 90 us for a 100-character
-    verdict summary, whatever the rules then find. Here one pattern holding every trigger is
-    run once with ``findall`` (the scan and the list stay in C). The pattern is the
-    triggers' prefix tree (`_trie_pattern`): a flat alternation of 136 words makes ``re``
-    try each at every position, four times slower than the tree on the same text.
-
-    ``findall`` reports non-overlapping matches, each the longest trigger at its position,
-    so it alone would miss a trigger that is a substring of a match or starts inside one.
-    Both are restored exactly: a match implies every trigger that is a substring of it
-    (`implied`), and a trigger that starts inside a match and runs past its end (a
-    proper suffix of the match is a proper prefix of it: "sk-" in a text matched as
-    "...sk" cannot happen with today's words, but a new keyword could make it) is checked
-    on its own with ``in`` (`straddling`). The result equals ``{t for t in triggers if
-    t in lowered}``; the tests compare the two.
-    """
-
-    __slots__ = ("_implied", "_pattern", "_straddling", "_words")
-
-    def __init__(self, triggers: Iterable[str]) -> None:
-        words = sorted(set(triggers), key=lambda t: (-len(t), t))
-        if any(not t for t in words):
-            raise ValueError("a rule trigger is empty")
-        self._words = tuple(words)
-        self._pattern: re.Pattern[str] | None = re.compile(_trie_pattern(words)) if words else None
-        # Both tables are filled per trigger the first time a text holds it: computed for
-        # every word up front they cost ~66 ms (a pass over all pairs of the ~650 words),
-        # paid by every hook process that restores a redacted state (issue 11), while a
-        # process meets a handful of triggers.
-        self._implied: dict[str, frozenset[str]] = {}
-        self._straddling: dict[str, tuple[str, ...]] = {}
-
-    def implied(self, t: str) -> frozenset[str]:
-        """The triggers that are substrings of ``t`` (``t`` among them)."""
-        found = self._implied.get(t)
-        if found is None:
-            found = self._implied[t] = frozenset(u for u in self._words if u in t)
-        return found
-
-    def straddling(self, t: str) -> tuple[str, ...]:
-        """The triggers that are not in ``t`` but could start inside it and run past its
-        end: a proper suffix of ``t`` is a proper prefix of theirs."""
-        found = self._straddling.get(t)
-        if found is None:
-            found = self._straddling[t] = tuple(
-                u
-                for u in self._words
-                if u not in t and any(t.endswith(u[:n]) for n in range(1, min(len(u), len(t))))
-            )
-        return found
-
-    def present(self, lowered: str) -> frozenset[str]:
-        """The triggers that occur in ``lowered`` (a text already lowercased)."""
-        if self._pattern is None:
-            return frozenset()
-        matched = set(self._pattern.findall(lowered))
-        if not matched:
-            return frozenset()
-        found: set[str] = set()
-        for t in matched:
-            found |= self.implied(t)
-        for t in matched:
-            for u in self.straddling(t):
-                if u not in found and u in lowered:
-                    found.add(u)
-        return frozenset(found)
-
-
-def _spans_reference(rules: Sequence[_Rule], text: str) -> list[tuple[int, int, str]]:
-    """`Redactor.spans` as it was before `_TriggerScan`: every rule's triggers checked one by
-    one. Kept, unused at run time, so the tests can prove the fast path finds the same."""
-
-    def one(view: str) -> list[tuple[int, int, int, str]]:
-        lowered = view.lower()
-        found: list[tuple[int, int, int, str]] = []
-        for priority, rule in enumerate(rules):
-            if rule.triggers and not any(t in lowered for t in rule.triggers):
-                continue
-            found.extend((s, e, priority, kind) for kind, s, e in rule.spans(view) if e > s)
-        return found
-
-    return _merge(_reader_spans(text, one)) if text else []
 
 
 # -- the text as its reader sees it ----------------------------------------------------------
@@ -1219,24 +1419,29 @@ class _View:
 
     __slots__ = ("_olen", "_opos", "_vend", "_vpos", "text")
 
-    def __init__(self, original: str) -> None:
+    def __init__(self, original: str, units: Iterable[tuple[int, int, str]] | None = None) -> None:
+        """``units``: (start, end, shown) of each piece of ``original`` the reader sees
+        otherwise, in order; by default its escapes and colour codes (`_UNSEEN`)."""
+        if units is None:
+            units = (
+                (m.start(), m.end(), _unescaped(m.group())) for m in _UNSEEN.finditer(original)
+            )
         parts: list[str] = []
         self._vpos: list[int] = []  # where each decoded unit starts in the view
         self._vend: list[int] = []  # and ends
         self._opos: list[int] = []  # where it starts in the original
         self._olen: list[int] = []  # its length there
         at = shift = 0  # shift: view position minus original position
-        for m in _UNSEEN.finditer(original):
-            parts.append(original[at : m.start()])
-            shown = _unescaped(m.group())
+        for start, end, shown in units:
+            parts.append(original[at:start])
             parts.append(shown)
-            view_start = m.start() + shift
+            view_start = start + shift
             self._vpos.append(view_start)
             self._vend.append(view_start + len(shown))
-            self._opos.append(m.start())
-            self._olen.append(m.end() - m.start())
-            shift += len(shown) - (m.end() - m.start())
-            at = m.end()
+            self._opos.append(start)
+            self._olen.append(end - start)
+            shift += len(shown) - (end - start)
+            at = end
         parts.append(original[at:])
         self.text = "".join(parts)
 
@@ -1263,14 +1468,56 @@ class _View:
         return self.start(pos - 1) + 1
 
 
+# A line break a terminal put inside a token: the line before it is at least _FOLD_LINE
+# characters long and ends in a run of 16 token characters, and the next line goes on
+# with a run that reads as the rest of a token (`_continues`). A line of prose or a log
+# ends in a word or a number, rarely in 16 characters without a space; a token wider than
+# the terminal always does.
+_FOLD = re.compile(r"(?<=[A-Za-z0-9+/=_.~-]{16})\r?\n(?P<next>[A-Za-z0-9+/=_.~-]{1,4096})")
+_FOLD_LINE = 40
+
+
+def _continues(run: str) -> bool:
+    """The start of a line that goes on a token: a digit in it, or a capital after its
+    first character beside small letters (random), not a word ("region", "Done") nor an
+    assignment ("PASSWORD=..."; a token's "=" is padding at its end)."""
+    if "=" in run.rstrip("="):
+        return False
+    if any(c.isdigit() for c in run):
+        return True
+    return any(c.isupper() for c in run[1:]) and any(c.islower() for c in run)
+
+
+def _folds(text: str) -> list[tuple[int, int, str]]:
+    """The line breaks of ``text`` a terminal's folding put there (`_FOLD`), as view units
+    that show nothing. Each line is read once: linear."""
+    units: list[tuple[int, int, str]] = []
+    line_start = 0
+    scanned = 0
+    pos = 0
+    while True:
+        m = _FOLD.search(text, pos)
+        if m is None:
+            return units
+        # The start of the line this break ends: the last break before it, searched only
+        # from the previous break on, so the text is read once.
+        before = text.rfind("\n", scanned, m.start())
+        if before != -1:
+            line_start = before + 1
+        scanned = m.start("next")
+        if m.start() - line_start >= _FOLD_LINE and _continues(m.group("next")):
+            units.append((m.start(), m.start("next"), ""))
+        line_start = m.start("next")
+        pos = m.start("next")
+
+
 def _reader_spans(
     text: str, spans_of: Callable[[str], list[tuple[int, int, int, str]]]
 ) -> list[tuple[int, int, int, str]]:
     """``spans_of`` the text as written and as read: each level of decoded escapes (up to
-    VIEW_DEPTH), colour codes dropped; every span in the original's positions."""
+    VIEW_DEPTH), colour codes dropped, and then lines a terminal folded joined again;
+    every span in the original's positions."""
     found = spans_of(text)
-    if "\\" not in text and "\x1b" not in text:
-        return found
     views: list[_View] = []
     current = text
     while len(views) < VIEW_DEPTH and ("\\" in current or "\x1b" in current):
@@ -1279,11 +1526,23 @@ def _reader_spans(
             break
         views.append(view)
         current = view.text
-        for start, end, priority, kind in spans_of(current):
-            for back in reversed(views):
-                start, end = back.start(start), back.end(end)
-            found.append((start, end, priority, kind))
+        found.extend(_back(spans_of(current), views))
+    if "\n" in current:
+        folds = _folds(current)
+        if folds:
+            views.append(_View(current, folds))
+            found.extend(_back(spans_of(views[-1].text), views))
     return found
+
+
+def _back(
+    spans: Iterable[tuple[int, int, int, str]], views: Sequence[_View]
+) -> Iterator[tuple[int, int, int, str]]:
+    """Spans of the last of ``views`` in the positions of the text the first was made of."""
+    for start, end, priority, kind in spans:
+        for back in reversed(views):
+            start, end = back.start(start), back.end(end)
+        yield start, end, priority, kind
 
 
 def _merge(spans: Sequence[tuple[int, int, int, str]]) -> list[tuple[int, int, str]]:
@@ -1301,7 +1560,7 @@ def _merge(spans: Sequence[tuple[int, int, int, str]]) -> list[tuple[int, int, s
 
 
 class Redactor:
-    """Replaces secrets in text with ``[REDACTED:<kind>]``.
+    """Replaces secrets in text with ``[REDACTED:<kind>]``, or with a stable placeholder.
 
     ``extra_patterns`` are regular expressions for secrets of your own (an internal token
     format); a pattern with a named group ``secret`` hides only that group, otherwise the
@@ -1309,6 +1568,15 @@ class Redactor:
     rule off; ``disable`` turns off the named kinds (see `BUILTIN_KINDS`; ``secret`` also
     turns off ``password``, which the same rule reports). Patterns are compiled once; an
     invalid one raises `ConfigError`.
+
+    With a ``key`` each secret becomes ``[REDACTED:<kind>:<hash>]``, the hash a keyed
+    digest of the secret (`placeholder`): equal secrets get equal placeholders and different
+    ones (almost surely) different ones, so a reader still sees that two calls differ only
+    in their token, or that they use the same one, and nobody without the key can test a
+    guess against it. `keyed` gives a twin with a fresh random key: one per tracker, for
+    what leaves it (the judge's prompt, verdicts, logs). Without a key the marker is the
+    same for every secret of a kind, which is what a saved state holds: a tracker restored
+    in another process, with no way to know the key, reads what is new the same way.
     """
 
     def __init__(
@@ -1317,6 +1585,7 @@ class Redactor:
         extra_patterns: Iterable[str] = (),
         builtins: bool = True,
         disable: Iterable[str] = (),
+        key: bytes | None = None,
     ) -> None:
         disabled = set(disable)
         unknown = disabled - set(BUILTIN_KINDS)
@@ -1336,18 +1605,30 @@ class Redactor:
                 raise ConfigError(f"redaction pattern {source!r} matches the empty string")
             rules.append(_PatternRule(CUSTOM_KIND, source, placeholders=False))
         self._rules: tuple[_Rule, ...] = tuple(rules)
-        self._scan = _TriggerScan(t for rule in rules for t in rule.triggers)
-        # Per rule, in priority order: its triggers, or None for a rule that always runs.
-        self._gates: tuple[tuple[int, _Rule, frozenset[str] | None], ...] = tuple(
-            (priority, rule, frozenset(rule.triggers) if rule.triggers else None)
-            for priority, rule in enumerate(rules)
-        )
-        self._always = any(rule.triggers == () for rule in rules)
+        if key is not None and len(key) < _KEY_BYTES_MIN:
+            raise ValueError(f"a placeholder key needs {_KEY_BYTES_MIN} bytes or more")
+        self._key = key
+
+    def keyed(self, key: bytes | None = None) -> Redactor:
+        """The same rules, writing stable placeholders under ``key`` (random if None)."""
+        twin = object.__new__(Redactor)
+        twin._rules = self._rules
+        twin._key = key if key is not None else os.urandom(_KEY_BYTES)
+        if len(twin._key) < _KEY_BYTES_MIN:
+            raise ValueError(f"a placeholder key needs {_KEY_BYTES_MIN} bytes or more")
+        return twin
 
     @property
     def kinds(self) -> tuple[str, ...]:
         """The kinds of rule this redactor runs, in priority order."""
         return _kinds(self._rules)
+
+    def placeholder(self, kind: str, secret: str) -> str:
+        """What replaces ``secret`` (found by a rule of ``kind``)."""
+        if self._key is None:
+            return MARKER.format(kind=kind)
+        digest = hmac.new(self._key, secret.encode("utf-8", "surrogatepass"), hashlib.sha256)
+        return KEYED_MARKER.format(kind=kind, hash=digest.hexdigest()[:PLACEHOLDER_HEX])
 
     def spans(self, text: str) -> list[tuple[int, int, str]]:
         """(start, end, kind) of every secret in ``text``, merged and in order."""
@@ -1356,19 +1637,18 @@ class Redactor:
         return _merge(_reader_spans(text, self._text_spans))
 
     def _text_spans(self, text: str) -> list[tuple[int, int, int, str]]:
-        """(start, end, priority, kind) of what the rules find in ``text`` as it is."""
-        present = self._scan.present(text.lower())
-        if not present and not self._always:
-            return []  # most texts: no rule's trigger word, so no rule can match
+        """(start, end, priority, kind) of what the rules find in ``text`` as it is. A rule
+        runs only where one of its trigger words occurs: most texts hold none of most."""
+        lowered = text.lower()
         found: list[tuple[int, int, int, str]] = []
-        for priority, rule, gate in self._gates:
-            if gate is not None and gate.isdisjoint(present):
+        for priority, rule in enumerate(self._rules):
+            if rule.triggers and not any(t in lowered for t in rule.triggers):
                 continue
             found.extend((s, e, priority, kind) for kind, s, e in rule.spans(text) if e > s)
         return found
 
     def redact(self, text: str) -> str:
-        """``text`` with every secret replaced by its marker; unchanged if none."""
+        """``text`` with every secret replaced by its placeholder; unchanged if none."""
         spans = self.spans(text)
         if not spans:
             return text
@@ -1376,12 +1656,22 @@ class Redactor:
         at = 0
         for start, end, kind in spans:
             parts.append(text[at:start])
-            parts.append(MARKER.format(kind=kind))
+            parts.append(self.placeholder(kind, _secret_text(text[start:end])))
             at = end
         parts.append(text[at:])
         return "".join(parts)
 
     __call__ = redact
+
+
+def _secret_text(span: str) -> str:
+    """The secret a span holds as its reader sees it (JSON escapes decoded, colour codes
+    dropped), so the same secret in a tool call's JSON and in a plain result hashes alike."""
+    for _ in range(VIEW_DEPTH):
+        if "\\" not in span and "\x1b" not in span:
+            break
+        span = _View(span).text
+    return span
 
 
 @cache
@@ -1403,5 +1693,6 @@ def _shared(patterns: tuple[str, ...]) -> Redactor:
 def redactor_for(*, enabled: bool, patterns: Iterable[str] = ()) -> Redactor | None:
     """The redactor a tracker's settings ask for (``redact_secrets``, ``redact_patterns``),
     or None when redaction is off. Trackers with the same settings share one, so the
-    judge's prompt, the verdict texts and the logs all go through the same rules."""
+    judge's prompt, the verdict texts and the logs all go through the same rules; each
+    tracker writes what leaves it through its own `Redactor.keyed` twin."""
     return _shared(tuple(patterns)) if enabled else None
