@@ -1,9 +1,10 @@
-"""What the tracker does once the detectors or the judge have spoken.
+"""What the tracker does once `judge.decision.decide` has spoken.
 
-`Responder` turns a finding or a judge outcome into a loop `Verdict` (ladder step, the
-three texts), applies a person's overrides and the known-loop memory to the detectors'
-assessment, runs the ``on_loop`` callback, and keeps the stats and telemetry. The tracker
-calls it at four points of a turn and otherwise knows nothing of it.
+`Responder` turns a `Decision` into a `Verdict`: a loop climbs the escalation ladder and
+gets its three texts; then it runs the ``on_loop`` callback and keeps the stats,
+telemetry and the known-loop memory's record. It also keeps the policy state the decision
+reads (a person's overrides and the judge's agreement, on the ladder; the memory) and
+hands it over as a `Policy`. It never decides whether there is a loop.
 
 It is also the one exit of a verdict: `Responder.publish` passes every text the verdict
 carries (summary, explanation, recovery message, analysis, pattern, errors, the judge
@@ -14,7 +15,6 @@ judge failures, one line each, on the ``judge`` logger.
 
 from __future__ import annotations
 
-import dataclasses
 import inspect
 import itertools
 import logging
@@ -32,8 +32,7 @@ from judge.decision import (
     Policy,
     Rules,
 )
-from judge.detectors.base import LOOP_SCORE, SUSPICION_CAP, Finding, short
-from judge.detectors.suite import NOTHING_FOUND, SINGLE_SCORE, Assessment, combine
+from judge.detectors.base import Finding, short
 from judge.history import Message
 from judge.response.ladder import (
     Ladder,
@@ -45,7 +44,7 @@ from judge.response.ladder import (
 from judge.response.ladder import Step as LadderStep
 from judge.response.stats import TrackerStats
 from judge.response.telemetry import Telemetry
-from judge.verdict import Action, JudgeCall, JudgeStage, LoopKind, Origin, Verdict
+from judge.verdict import Action, JudgeCall, Origin, Verdict
 
 if TYPE_CHECKING:
     from judge.llm.pair import JudgeOutcome
@@ -104,20 +103,9 @@ def recent_calls(messages: Iterable[Message], limit: int) -> list[str]:
     return shown
 
 
-def _one_short(finding: Finding) -> bool:
-    """Whether the finding is one repeat short of its detector's threshold.
-
-    exact_repeat says so exactly (``count`` reaches ``limit``, the calls allowed); other
-    detectors report their near-miss as a score that reaches the suspicion cap only there.
-    """
-    count, limit = finding.details.get("count"), finding.details.get("limit")
-    if isinstance(count, int) and isinstance(limit, int):
-        return count >= limit
-    return finding.score >= SUSPICION_CAP
-
-
 class Responder:
-    """Ladder, texts, overrides, memory, callback, stats and telemetry for one tracker."""
+    """Responds to one tracker's decisions: ladder step, texts, publish (redaction),
+    callback, stats, telemetry, logs and the memory's record."""
 
     def __init__(
         self,
@@ -151,10 +139,12 @@ class Responder:
         self.memory = memory
         self.rules = Rules.from_config(config)
         self._on_loop = on_loop
-        self._shown_suspicion = 0.0
         # Built on the first verdict with text: a plain turn never imports the rules.
         self._redactor: Redactor | None = None
         self._redactor_ready = False
+        # Its keyed twin, for what leaves the tracker: a secret becomes a placeholder of
+        # this tracker's own, equal for equal secrets (judge.llm.redaction.Redactor.keyed).
+        self._outward: Redactor | None = None
         # Redacted pattern -> the ladder's own, so override(verdict) still finds its loop.
         self._patterns: OrderedDict[str, str] = OrderedDict()
         # Text -> its redaction, for the texts of recent verdicts (REDACTED_KEPT).
@@ -163,48 +153,12 @@ class Responder:
     def reset(self) -> None:
         """A new conversation: the ladder and overrides start afresh; stats go on."""
         self.ladder.reset()
-        self._shown_suspicion = 0.0
 
     # -- a turn -----------------------------------------------------------------------------
 
     def begin_turn(self) -> None:
         self.ladder.tick()
         self.stats.turns += 1
-        self._shown_suspicion = 0.0
-
-    def decide(self, findings: Sequence[Finding]) -> Assessment:
-        """Is this a loop? The one place that answers, from the detectors' current findings.
-
-        A silenced pattern neither flags nor brings the judge forward, but its score still
-        shows as the verdict's suspicion. A finding that cites only evidence a loop verdict
-        already answered (`Ladder.stale`) is dropped the same way: the agent was told, and
-        it must do the thing again before it is flagged again. A pattern the memory knows
-        has its sub-threshold score raised to the suspicion cap (an early judge check), or
-        with ``memory_lowers_threshold`` flags one repeat early. What is left is combined by
-        `combine` (one detector at its threshold, two strong signals, or enough weight).
-        """
-        if not findings:
-            self._shown_suspicion = 0.0
-            return NOTHING_FOUND
-        self._shown_suspicion = max(f.score for f in findings)
-        active = [
-            self._boost(finding)
-            for finding in findings
-            if not (self.ladder.silenced(finding.pattern) or self.ladder.stale(finding.evidence))
-        ]
-        return combine(active, self.config.detector_weights)
-
-    def _boost(self, finding: Finding) -> Finding:
-        if self.memory is None or finding.score >= SINGLE_SCORE:
-            return finding
-        if not self.memory.knows(finding.pattern):
-            return finding
-        if self.config.memory_lowers_threshold and _one_short(finding):
-            summary = finding.summary + " (this loop was seen in an earlier session)"
-            return dataclasses.replace(finding, score=LOOP_SCORE, summary=summary)
-        if finding.score < SUSPICION_CAP:
-            return dataclasses.replace(finding, score=SUSPICION_CAP)
-        return finding
 
     async def settle(self, verdict: Verdict) -> Verdict:
         """End of a turn: redaction, recoveries, the callback, stats, telemetry and logs."""
@@ -212,8 +166,6 @@ class Responder:
         for pattern in self.ladder.end_turn():
             self.stats.recoveries_succeeded += 1
             verdict = self._remember_recovery(verdict, pattern, succeeded=True)
-        if not verdict.looping and self._shown_suspicion > verdict.suspicion:
-            verdict = verdict.model_copy(update={"suspicion": self._shown_suspicion})
         if verdict.judge_calls:
             self.stats.record_check(verdict)
             self.telemetry.check(verdict)
@@ -238,9 +190,18 @@ class Responder:
             self._redactor_ready = True
         return self._redactor
 
+    def outward_redactor(self) -> Redactor | None:
+        """The redactor of what leaves the tracker (prompt, verdicts, logs): the tracker's,
+        writing placeholders under a random key of this tracker's own. A saved state keeps
+        the plain markers, which a tracker restored elsewhere, without the key, can match."""
+        if self._outward is None:
+            redactor = self.redactor()
+            self._outward = redactor.keyed() if redactor is not None else None
+        return self._outward
+
     def scrub(self, text: str) -> str:
         """``text`` as it may leave the tracker (a log line, an error)."""
-        redactor = self.redactor()
+        redactor = self.outward_redactor()
         return redactor.redact(text) if redactor is not None and text else text
 
     def publish(self, verdict: Verdict) -> Verdict:
@@ -252,7 +213,7 @@ class Responder:
         texts = (verdict.summary, verdict.explanation, verdict.recovery_message)
         if not (any(texts) or verdict.analysis or verdict.errors or verdict.judge_calls):
             return verdict
-        redactor = self.redactor()
+        redactor = self.outward_redactor()
         if redactor is None:
             return verdict
         clean = self._remembered(redactor.redact)
@@ -344,7 +305,7 @@ class Responder:
 
     # -- verdicts ---------------------------------------------------------------------------
 
-    def heuristic_verdict(self, finding: Finding, *, turn: int) -> Verdict:
+    def _heuristic_verdict(self, finding: Finding, *, turn: int) -> Verdict:
         step = self.ladder.escalate(finding.pattern, label=finding.summary, kind=finding.kind)
         errors: list[str] = []
         if self.memory is not None:
@@ -358,31 +319,6 @@ class Responder:
         if step.failed_recovery:
             self.stats.recoveries_failed += 1
             verdict = self._remember_recovery(verdict, finding.pattern, succeeded=False)
-        return verdict
-
-    def preview_verdict(self, finding: Finding, *, turn: int, evidence: bool = True) -> Verdict:
-        """The verdict the next detection of ``finding`` would get; records nothing
-        (``check_call`` preflight and streaming). A pattern a person overrode is not a
-        loop here either: one override, one policy, at every entry point."""
-        if self.ladder.silenced(finding.pattern):
-            return Verdict(turn=turn, suspicion=min(finding.score, SUSPICION_CAP))
-        step = self.ladder.preview(finding.pattern)
-        return self.publish(self._finding_verdict(finding, step, turn=turn, evidence=evidence))
-
-    def silenced(self, pattern: str) -> bool:
-        """Whether a person's override keeps ``pattern`` from flagging now."""
-        return self.ladder.silenced(pattern)
-
-    def refusal_verdict(self, finding: Finding, *, turn: int) -> Verdict:
-        """The verdict of a call ``check_call`` refuses on ``finding``: a detection like a
-        turn's (the ladder climbs, stats and logs count it, the texts are the same), so
-        each refusal of the identical call is one rung higher. The caller has already left
-        out the patterns a person overrode (`silenced`). The ``on_loop`` callback is not
-        run: it is awaited, and a preflight answers synchronously, before the call runs."""
-        verdict = self.publish(self.heuristic_verdict(finding, turn=turn))
-        self.stats.record_loop(verdict)
-        self.telemetry.loop(verdict)
-        self._log(verdict)
         return verdict
 
     def _finding_verdict(
@@ -412,74 +348,6 @@ class Responder:
             errors=errors or [],
             turn=turn,
             suspicion=finding.score,
-        )
-
-    def judge_verdict(
-        self,
-        outcome: JudgeOutcome,
-        *,
-        found: Assessment,
-        turn: int,
-        recent: Iterable[Message],
-    ) -> Verdict:
-        """The verdict of a judge check; a loop climbs the ``"llm"`` pattern's ladder.
-
-        The judge alone never stops a run on one check or one model: a stop needs both
-        models to have agreed on two checks `min_interval` turns apart
-        (`Ladder.judge_may_stop`), and until then the rung's stop becomes ask-the-user.
-        """
-        deciding = outcome.deciding
-        suspicion = found.suspicion
-        common: dict[str, Any] = {
-            "source": Origin.LLM.value,
-            "judge_calls": outcome.calls,
-            "errors": outcome.errors,
-            "turn": turn,
-            "suspicion": suspicion,
-            "confidence": deciding.confidence if deciding else None,
-            "analysis": deciding.analysis if deciding else None,
-        }
-        if deciding is not None:
-            # Confirm decides only after a sure fast model, so a looping verdict decided by
-            # confirm is both models agreeing; one decided by fast is fast trusted alone.
-            agreed = outcome.looping and deciding.stage is JudgeStage.CONFIRM
-            self.ladder.judge_checked(agreed=agreed, looping=outcome.looping)
-        if deciding is not None and not outcome.looping and self.ladder.cleared(LLM_PATTERN):
-            self.stats.recoveries_succeeded += 1
-        if not outcome.looping or deciding is None or self.ladder.silenced(LLM_PATTERN):
-            return Verdict(**common)
-        from judge.response.recovery import for_judge, judge_label
-
-        # The label is quoted back to the agent in later recovery messages (the approaches
-        # tried), so it is built from the evidence, never from the judge's words.
-        label = judge_label(outcome.evidence)
-        # The judge names no mechanism; the strongest heuristic signal under it does, and
-        # without one, no progress in spite of varied actions is what "cognitive" means.
-        kind = found.findings[0].kind if found.findings else LoopKind.COGNITIVE
-        step = self.ladder.escalate(LLM_PATTERN, label=label, kind=kind)
-        if step.action is Action.STOP and not self.ladder.judge_may_stop(self.config.min_interval):
-            step = step.model_copy(
-                update={"action": Action.ASK_USER, "level": RecoveryLevel.ASK_USER}
-            )
-        texts = for_judge(
-            deciding,
-            step,
-            evidence=outcome.evidence,
-            recent_calls=recent_calls(recent, self.config.history_messages),
-            budget=self.config.recovery_max_chars,
-        )
-        if step.failed_recovery:
-            self.stats.recoveries_failed += 1
-        return Verdict(
-            looping=True,
-            kind=kind,
-            evidence=outcome.evidence,
-            action=step.action,
-            summary=texts.summary,
-            explanation=texts.explanation,
-            recovery_message=texts.message,
-            pattern=LLM_PATTERN,
-            **common,
         )
 
     # -- the decision's inputs, and its answer ----------------------------------------------
@@ -528,7 +396,7 @@ class Responder:
                 self.stats.recoveries_succeeded += 1
         if decision.outcome is Outcome.FINDING or decision.outcome is Outcome.REFUSE:
             assert decision.finding is not None
-            return self.heuristic_verdict(decision.finding, turn=turn)
+            return self._heuristic_verdict(decision.finding, turn=turn)
         if judge is None:
             return Verdict(turn=turn, suspicion=decision.suspicion, errors=list(errors))
         deciding = judge.deciding
@@ -630,6 +498,16 @@ class Responder:
         log = logger.warning if record.disabled else logger.info
         log("%s; reason: %s", record.message, self.scrub(reason))
         return record
+
+    @property
+    def detections(self) -> int:
+        """Loop verdicts given so far (the ladder's count)."""
+        return self.ladder.state.detections
+
+    @property
+    def overrides(self) -> list[OverrideRecord]:
+        """Every override made in this session, oldest first (a copy of the list)."""
+        return list(self.ladder.state.overrides)
 
     def load_state(self, state: LadderState) -> None:
         self.ladder.state = state.model_copy(deep=True)
