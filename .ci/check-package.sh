@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The package as users would get it: build the sdist and the wheel, check their metadata
 # with twine, and run `loop-judge eval` from the built wheel's own code outside the
-# repository (the labelled set must ship inside the wheel). build and twine go into a
+# repository (the labelled set must ship inside the wheel, beside the judge_eval package). build and twine go into a
 # throwaway venv so the test venv holds only what the project asks for; the eval runs on
 # the test venv's dependencies, so this costs one build (~20 s), not a second install.
 set -euo pipefail
@@ -26,17 +26,21 @@ import sys
 from pathlib import Path
 
 import judge
-from judge.cli.eval_plan import bundled_data_dir
+import judge_eval
+from judge_eval.cli.eval_plan import bundled_data_dir
 
 wheel = Path(sys.argv[1]).resolve()
-assert Path(judge.__file__).resolve().is_relative_to(wheel), judge.__file__
+for package in (judge, judge_eval):
+    assert Path(package.__file__).resolve().is_relative_to(wheel), package.__file__
 data = bundled_data_dir()
 assert data is not None and data.resolve().is_relative_to(wheel), data
 assert (data / "smoke.txt").is_file() and (data / "README.md").is_file(), data
 assert (Path(judge.__file__).parent / "py.typed").is_file()
-print(f"check-package: the wheel's judge reads its bundled set at {data}")
+print(f"check-package: the wheel's judge_eval reads its bundled set at {data}")
 PY
-PYTHONPATH="$work/wheel" "$repo/.venv/bin/python" -m judge.cli eval --subset smoke \
+# The console script's own entry (judge_eval.cli:main), as `loop-judge eval` runs it.
+PYTHONPATH="$work/wheel" "$repo/.venv/bin/python" -c \
+    'import sys; from judge_eval.cli import main; sys.exit(main())' eval --subset smoke \
     --no-chart --out "$work/out" >"$work/eval.log" 2>&1 || { cat "$work/eval.log"; exit 1; }
 tail -n 4 "$work/eval.log"
 echo "check-package: sdist and wheel built, twine check passed, eval ran from the wheel"

@@ -86,7 +86,7 @@ def main(argv: list[str] | None = None) -> int:
         label_files = [source / "labels-dev.jsonl"]
     written = build(source, output, label_files)
     sys.path.insert(0, str(REPO_ROOT))
-    from judge.trajectories.dataset import load_dataset
+    from judge_eval.dataset import load_dataset
 
     trajectories, problems = load_dataset(output)
     for problem in problems:

@@ -23,7 +23,7 @@ from typing import Any
 import anyio
 
 from judge import LoopTracker, TrackerConfig
-from judge.trajectories.importers import load_trajectories
+from judge_eval.importers import load_trajectories
 
 
 async def replay(messages: list[Any], config: TrackerConfig) -> list[float]:

@@ -45,7 +45,7 @@ SHOWN = 5
 
 
 def _runs() -> dict[str, list[dict[str, Any]]]:
-    from judge.trajectories.dataset import load_dataset
+    from judge_eval.dataset import load_dataset
 
     runs: dict[str, list[dict[str, Any]]] = {}
     for path in DATA_PATHS:
@@ -59,7 +59,7 @@ def _runs() -> dict[str, list[dict[str, Any]]]:
 async def _record(semantic: str) -> dict[str, Any]:
     import judge
     from judge import LoopTracker, TrackerConfig
-    from judge.evaluation.replay import assistant_turn_ends
+    from judge.turns import assistant_turn_ends
 
     config = TrackerConfig(fast_model=None, confirm_model=None, semantic=semantic)
     runs: dict[str, Any] = {}

@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
-from judge.trajectories.dataset import TrajectoryFormatError
-from judge.trajectories.importers import detect_format, load_trajectories, load_trajectory
-from judge.trajectories.importers.swe_agent import action_to_call
+from judge_eval.dataset import TrajectoryFormatError
+from judge_eval.importers import detect_format, load_trajectories, load_trajectory
+from judge_eval.importers.swe_agent import action_to_call
 
 MESSAGES: list[dict[str, Any]] = [
     {"role": "system", "content": "You are helpful."},

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from judge.cli import main
+from judge_eval.cli import main
 
 REPO = Path(__file__).resolve().parent.parent
 HAS_MATPLOTLIB = importlib.util.find_spec("matplotlib") is not None
@@ -68,7 +68,7 @@ def test_eval_usage_errors_exit_2(
     with pytest.raises(SystemExit) as exc:
         main(["eval", "--mode", "judge", "--out", str(tmp_path)])
     assert exc.value.code == 2 and "LOOP_JUDGE_FAST_MODEL" in capsys.readouterr().err
-    monkeypatch.setattr("judge.cli.eval_plan.bundled_data_dir", lambda: None)
+    monkeypatch.setattr("judge_eval.cli.eval_plan.bundled_data_dir", lambda: None)
     with pytest.raises(SystemExit) as exc:
         main(["eval"])
     assert exc.value.code == 2 and "--data DIR" in capsys.readouterr().err
@@ -175,7 +175,7 @@ def test_eval_exits_1_when_a_trajectory_crashes(
         def __init__(self, *args: object, **kwargs: object) -> None:
             raise RuntimeError("tracker bug")
 
-    monkeypatch.setattr("judge.evaluation.replay.LoopTracker", Exploding)
+    monkeypatch.setattr("judge_eval.replay.LoopTracker", Exploding)
     data = _write_unlabelled(tmp_path / "data")
     assert main(["eval", str(data), "--out", str(tmp_path / "out")]) == 1
     assert "tracker bug" in capsys.readouterr().out
@@ -189,7 +189,7 @@ def test_help_works_with_docstrings_stripped() -> None:
 
     for args in ([], ["eval"], ["check"], ["import"], ["serve"], ["demo"], ["doctor"]):
         done = subprocess.run(
-            [sys.executable, "-OO", "-m", "judge.cli", *args, "--help"],
+            [sys.executable, "-OO", "-m", "judge_eval", *args, "--help"],
             capture_output=True,
             text=True,
             timeout=60,

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from judge.cli import main
-from judge.evaluation.chart import CHART_DPI, CHART_SIZE_IN
+from judge_eval.chart import CHART_DPI, CHART_SIZE_IN
+from judge_eval.cli import main
 
 pytestmark = pytest.mark.skipif(
     importlib.util.find_spec("matplotlib") is None, reason="the eval extra is not installed"

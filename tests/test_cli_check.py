@@ -8,7 +8,9 @@ from typing import Any
 
 import pytest
 
-from judge.cli import EXIT_NO_LOOP, EXIT_STOP, EXIT_USAGE, EXIT_WARN, main
+from judge.cli import EXIT_USAGE
+from judge_eval.cli import main
+from judge_eval.cli.check import EXIT_NO_LOOP, EXIT_STOP, EXIT_WARN
 from tests.fakes import Agent
 
 RECORDED = Path(__file__).resolve().parent.parent / "evals/data/recorded/react_webshop"

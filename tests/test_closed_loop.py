@@ -10,10 +10,19 @@ from typing import Any
 
 import pytest
 
-from judge.cli import main
 from judge.config import TrackerConfig
 from judge.errors import JudgeOutputError, JudgeTimeout
-from judge.evaluation.closed_loop import (
+from judge.llm.assessment import parse_assessment
+from judge.testing import (
+    SCRIPTED_CONFIRM_MODEL,
+    SCRIPTED_FAST_MODEL,
+    JudgeRequest,
+    ScriptedJudge,
+    transcript_records,
+)
+from judge.tracker import LoopTracker
+from judge_eval.cli import main
+from judge_eval.closed_loop import (
     LOOP_POLICIES,
     RELAPSE_AFTER_CALLS,
     Phase,
@@ -26,16 +35,7 @@ from judge.evaluation.closed_loop import (
     seed_from_trajectory,
     split_turns,
 )
-from judge.llm.assessment import parse_assessment
-from judge.testing import (
-    SCRIPTED_CONFIRM_MODEL,
-    SCRIPTED_FAST_MODEL,
-    JudgeRequest,
-    ScriptedJudge,
-    transcript_records,
-)
-from judge.tracker import LoopTracker
-from judge.trajectories.dataset import Labels, Trajectory, load_dataset
+from judge_eval.dataset import Labels, Trajectory, load_dataset
 
 REPO = Path(__file__).resolve().parent.parent
 SEED_FILE = REPO / "evals/data/handmade/handmade-exact-repeat-failing-pytest-3x.json"

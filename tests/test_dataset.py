@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from judge.trajectories.dataset import (
+from judge_eval.dataset import (
     KINDS,
     ImportProblem,
     Labels,

@@ -11,25 +11,20 @@ import pytest
 
 from judge import JudgeTimeout, LoopTracker, TrackerConfig
 from judge.errors import ConfigError
-from judge.evaluation.cassette import Cassette, CassetteMiss, CassetteRecorder
-from judge.evaluation.metrics import Outcome, compute_metrics, percentile, score
-from judge.evaluation.oracle import (
+from judge.history import normalize_history
+from judge.llm.transcript import build_prompt, judge_window
+from judge.turns import assistant_turns, replay
+from judge_eval.cassette import Cassette, CassetteMiss, CassetteRecorder
+from judge_eval.dataset import Labels, Trajectory
+from judge_eval.metrics import Outcome, compute_metrics, percentile, score
+from judge_eval.oracle import (
     ORACLE_FAST_MODEL,
     OracleClient,
     OracleSettings,
     max_message_index,
 )
-from judge.evaluation.replay import (
-    TrajectoryResult,
-    assistant_turns,
-    replay,
-    replay_all,
-    replay_trajectory,
-)
-from judge.evaluation.sweep import build_configs, parse_axis, settings_grid
-from judge.history import normalize_history
-from judge.llm.transcript import build_prompt, judge_window
-from judge.trajectories.dataset import Labels, Trajectory
+from judge_eval.replay import TrajectoryResult, replay_all, replay_trajectory
+from judge_eval.sweep import build_configs, parse_axis, settings_grid
 from tests.fakes import FakeClient, answer, looping_history
 
 pytestmark = pytest.mark.anyio

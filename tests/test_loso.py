@@ -9,20 +9,20 @@ from pathlib import Path
 
 import pytest
 
-from judge.cli import main
 from judge.config import TrackerConfig
 from judge.errors import ConfigError
-from judge.evaluation.loso import (
+from judge_eval.cli import main
+from judge_eval.dataset import Labels
+from judge_eval.loso import (
     LOSO_GRID,
     build_loso_configs,
     choose_setting,
     leave_one_source_out,
     loso_settings,
 )
-from judge.evaluation.metrics import Metrics, compute_metrics
-from judge.evaluation.replay import TrajectoryResult
-from judge.evaluation.sweep import GridReplay, parse_axis
-from judge.trajectories.dataset import Labels
+from judge_eval.metrics import Metrics, compute_metrics
+from judge_eval.replay import TrajectoryResult
+from judge_eval.sweep import GridReplay, parse_axis
 
 REPO = Path(__file__).resolve().parent.parent
 # Assistant messages at 2, 4, ... 20; loops start at 4 and a flag lands on 8 (a TP).

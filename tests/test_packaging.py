@@ -16,7 +16,7 @@ import pytest
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
-from judge.cli.eval_plan import BUNDLED_DATA_IN_WHEEL, DEFAULT_DATA_DIR, bundled_data_dir
+from judge_eval.cli.eval_plan import BUNDLED_DATA_IN_WHEEL, DEFAULT_DATA_DIR, bundled_data_dir
 
 REPO = Path(__file__).resolve().parent.parent
 CONSTRAINTS = REPO / ".ci" / "constraints.txt"
@@ -91,12 +91,25 @@ def test_the_wheel_carries_the_labelled_set_and_the_type_marker(
 ) -> None:
     wheel = pyproject["tool"]["hatch"]["build"]["targets"]["wheel"]
     force_include = wheel["force-include"]
-    assert force_include[str(DEFAULT_DATA_DIR)] == f"judge/{BUNDLED_DATA_IN_WHEEL.as_posix()}"
+    assert force_include[str(DEFAULT_DATA_DIR)] == f"judge_eval/{BUNDLED_DATA_IN_WHEEL.as_posix()}"
     assert "judge" in wheel["packages"] and (REPO / "judge" / "py.typed").is_file()
+    # The tooling ships as its own top-level package, named by its folder's last part.
+    assert "evals/judge_eval" in wheel["packages"]
     # In a checkout (editable install) the same set is found beside the package.
     assert bundled_data_dir() == (REPO / DEFAULT_DATA_DIR).resolve()
     # The provenance and licenses travel with it.
-    assert force_include["evals/README.md"].startswith("judge/data/labelled/")
+    assert force_include["evals/README.md"].startswith("judge_eval/data/labelled/")
+
+
+def test_the_console_script_is_the_tooling_front(
+    pyproject: dict[str, Any], project: dict[str, Any]
+) -> None:
+    """``loop-judge`` enters through judge_eval, which adds eval, import and check to the
+    runtime's commands; an entry in judge/ could not reach them without importing the
+    tooling."""
+    assert project["scripts"]["loop-judge"] == "judge_eval.cli:main"
+    sdist = set(pyproject["tool"]["hatch"]["build"]["targets"]["sdist"]["include"])
+    assert {"/judge", "/evals/judge_eval", "/evals/data"} <= sdist
 
 
 def test_release_metadata(project: dict[str, Any]) -> None:

@@ -1,15 +1,16 @@
-"""The ``loop-judge`` command line: a thin front over `judge.cli.app`.
+"""The runtime's command line: a thin front over `judge.cli.app`.
 
 The hook command runs once per tool call of the agent it watches, so its start-up is the
 agent's latency: ``loop-judge hook ...`` is parsed here with only the hook's own parser and
-never imports rich, the eval machinery or the other commands (about 0.2 s of every call).
-Every other command, and every name judge.cli always offered, comes from `judge.cli.app`
-on first use (PEP 562), so ``from judge.cli import main, EXIT_STOP`` keeps working.
+never imports rich or the other commands (about 0.2 s of every call). Every other command,
+and every name judge.cli offers, comes from `judge.cli.app` on first use (PEP 562), so
+``from judge.cli import main, EXIT_USAGE`` keeps working. The ``loop-judge`` console script
+is `judge_eval.cli.main`, which adds the tooling's commands; ``python -m judge.cli`` runs
+the runtime's alone.
 """
 
 from __future__ import annotations
 
-import argparse
 import importlib
 import os
 import sys
@@ -18,44 +19,26 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from judge.cli.app import (
-        DEFAULT_DATA_DIR,
-        DEFAULT_OUT_DIR,
+        COMMANDS,
         DEMO_FILE,
         EXIT_FAILED,
-        EXIT_NO_LOOP,
-        EXIT_STOP,
         EXIT_USAGE,
-        EXIT_WARN,
-        JUDGES,
-        MODES,
         PIPE_WIDTH,
-        SCHEDULES,
-        RunPlan,
+        Command,
         UsageError,
-        assistant_turn_ends,
         build_parser,
-        replay,
     )
 
 __all__ = [
-    "DEFAULT_DATA_DIR",
-    "DEFAULT_OUT_DIR",
+    "COMMANDS",
     "DEMO_FILE",
     "EXIT_FAILED",
-    "EXIT_NO_LOOP",
-    "EXIT_STOP",
     "EXIT_USAGE",
-    "EXIT_WARN",
-    "JUDGES",
-    "MODES",
     "PIPE_WIDTH",
-    "SCHEDULES",
-    "RunPlan",
+    "Command",
     "UsageError",
-    "assistant_turn_ends",
     "build_parser",
     "main",
-    "replay",
 ]
 
 # The command that takes the fast path (see the module doc).
@@ -72,6 +55,8 @@ def _run_hook(argv: list[str]) -> int:
     process that called `main` keeps its plugins afterwards (pydantic caches no answer
     while they are off, and one that already scanned keeps its own). The library itself
     never sets it."""
+    import argparse
+
     from judge.cli import hook
 
     preset = PLUGINS_ENV in os.environ
@@ -87,14 +72,21 @@ def _run_hook(argv: list[str]) -> int:
             os.environ.pop(PLUGINS_ENV, None)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """The console script: ``hook`` directly, everything else through `judge.cli.app`."""
+def main(argv: Sequence[str] | None = None, commands: Sequence[Command] | None = None) -> int:
+    """``hook`` directly, everything else through `judge.cli.app` with ``commands`` (the
+    runtime's when None)."""
     args = list(sys.argv[1:] if argv is None else argv)
     if args[:1] == [HOOK_COMMAND]:
-        return _run_hook(args)
-    from judge.cli.app import main as full_main
+        if argv is None or args == sys.argv[1:]:
+            # The process's own command line (the console script): the warm daemon's
+            # client, stdlib only. A caller in a process of its own answers in process.
+            from judge.hooks.client import main as hook_client
 
-    return full_main(args)
+            return hook_client(args[1:])
+        return _run_hook(args)
+    from judge.cli import app
+
+    return app.main(args, app.COMMANDS if commands is None else commands)
 
 
 def __getattr__(name: str) -> Any:

@@ -1,32 +1,25 @@
-"""The full ``loop-judge`` command line (every command, rich). The only module that imports rich.
+"""The runtime's command line (rich): the commands that run beside an agent.
 
-``demo`` replays a bundled trajectory, ``eval`` measures the tracker on labelled data,
-``import`` converts other agents' trajectories into our labelled-trajectory JSON, ``serve``
-runs the HTTP sidecar, ``check`` answers for one trajectory in its exit code, ``doctor``
-reports the setup and ``hook`` answers an agent's hook event. Each command module adds its
-own subparser and handles it; `shared` holds what several use. This module only builds the
-parser and runs the command; `judge.cli` re-exports its names and runs ``hook`` without it.
+``demo`` replays a bundled trajectory, ``serve`` runs the HTTP sidecar, ``doctor`` reports
+the setup and ``hook`` answers an agent's hook event. Each command module adds its own
+subparser and handles it; `shared` holds what several use. This module only builds the
+parser from a list of command modules and runs the one asked for; `judge.cli` re-exports
+its names and runs ``hook`` without it. The ``loop-judge`` console script (`judge_eval.cli`)
+passes the tooling's commands (``eval``, ``import``, ``check``) into the same `main`, so
+this package never imports the tooling.
 """
 
 from __future__ import annotations
 
 import argparse
 from collections.abc import Sequence
+from typing import Protocol
 
 from pydantic import ValidationError
 from rich.console import Console
 
-from judge.cli import check, demo, doctor, evaluate, hook, importer, serve
-from judge.cli.check import EXIT_NO_LOOP, EXIT_STOP, EXIT_WARN
+from judge.cli import demo, doctor, hook, serve
 from judge.cli.demo import DEMO_FILE
-from judge.cli.eval_plan import (
-    DEFAULT_DATA_DIR,
-    DEFAULT_OUT_DIR,
-    JUDGES,
-    MODES,
-    SCHEDULES,
-    RunPlan,
-)
 from judge.cli.shared import (
     EXIT_FAILED,
     EXIT_USAGE,
@@ -35,28 +28,28 @@ from judge.cli.shared import (
     validation_problems,
 )
 from judge.errors import ConfigError
-from judge.evaluation.replay import assistant_turn_ends, replay
 
 __all__ = [
-    "DEFAULT_DATA_DIR",
-    "DEFAULT_OUT_DIR",
+    "COMMANDS",
     "DEMO_FILE",
     "EXIT_FAILED",
-    "EXIT_NO_LOOP",
-    "EXIT_STOP",
     "EXIT_USAGE",
-    "EXIT_WARN",
-    "JUDGES",
-    "MODES",
     "PIPE_WIDTH",
-    "SCHEDULES",
-    "RunPlan",
+    "Command",
     "UsageError",
-    "assistant_turn_ends",
     "build_parser",
     "main",
-    "replay",
 ]
+
+
+class Command(Protocol):
+    """A command module: adds its subparser, whose ``func`` default runs it."""
+
+    def add_parser(self, sub: argparse._SubParsersAction[argparse.ArgumentParser], /) -> None: ...
+
+
+# The runtime's commands, in the order --help lists them.
+COMMANDS: tuple[Command, ...] = (demo, serve, hook, doctor)
 
 
 # The --help line. A constant, not the docstring: ``python -OO`` strips docstrings.
@@ -66,16 +59,17 @@ DESCRIPTION = (
 )
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(commands: Sequence[Command] = COMMANDS) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="loop-judge", description=DESCRIPTION)
     sub = parser.add_subparsers(dest="command", required=True)
-    for command in (demo, evaluate, importer, serve, check, hook, doctor):
+    for command in commands:
         command.add_parser(sub)
     return parser
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
+def main(argv: Sequence[str] | None = None, commands: Sequence[Command] = COMMANDS) -> int:
+    """Run one of ``commands``; a bad setting or flag exits 2 with one line."""
+    parser = build_parser(commands)
     args = parser.parse_args(argv)
     console = Console()
     if not console.is_terminal:

@@ -16,8 +16,8 @@ from rich.console import Console
 from rich.table import Table
 
 from judge.config import TrackerConfig
-from judge.evaluation.replay import replay
 from judge.tracker import LoopTracker
+from judge.turns import replay
 
 __all__ = ["DEMO_FILE", "add_parser", "run"]
 

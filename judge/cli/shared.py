@@ -1,4 +1,4 @@
-"""What every ``loop-judge`` command shares: exit codes, the usage error and rich output.
+"""What every ``loop-judge`` command shares: exit codes, the usage error and the settings.
 
 Each command lives in its own module of judge.cli; the helpers two or more of them use are
 here so no command module imports another command's.
@@ -6,27 +6,18 @@ here so no command module imports another command's.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any
 
 from pydantic import ValidationError
-from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-from rich.table import Table
 
 from judge.config import TrackerConfig
 from judge.errors import ConfigError
-from judge.evaluation.tables import TableData
-from judge.trajectories.dataset import ImportProblem
 
 __all__ = [
     "EXIT_FAILED",
     "EXIT_USAGE",
     "PIPE_WIDTH",
     "UsageError",
-    "print_problems",
-    "progress_bar",
-    "rich_table",
     "tracker_config",
     "validation_problems",
 ]
@@ -64,30 +55,3 @@ def validation_problems(exc: ValidationError) -> str:
         rule = str(error["msg"]).removeprefix("Value error, ")
         problems.append(f"{where}: {rule}" if where and not rule.startswith(where) else rule)
     return "; ".join(problems)
-
-
-def progress_bar(console: Console) -> Progress:
-    return Progress(
-        TextColumn("[progress.description]{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        console=console,
-        transient=True,
-    )
-
-
-def rich_table(table: TableData) -> Table:
-    out = Table(title=table.title, title_justify="left")
-    for i, column in enumerate(table.columns):
-        out.add_column(column, justify="left" if i == 0 else "right", no_wrap=i == 0)
-    for row in table.rows:
-        out.add_row(*row)
-    return out
-
-
-def print_problems(problems: Sequence[ImportProblem], console: Console) -> None:
-    if problems:
-        console.print(f"[yellow]{len(problems)} file(s) could not be loaded and were skipped:[/]")
-        for problem in problems:
-            console.print(f"  {problem}", style="yellow", markup=False, highlight=False)
