@@ -38,7 +38,7 @@ from typing import Any
 import anyio
 
 from judge import HistoryError, LoopTracker, TrackerConfig
-from judge.evaluation.replay import assistant_turn_ends
+from judge.turns import assistant_turn_ends
 
 DATA = Path(__file__).resolve().parent / "data"
 # Heuristics only, no embeddings: the state the sidecar's default configuration keeps.
@@ -78,7 +78,7 @@ async def _replay(history: list[Any], *, restore: bool) -> tuple[list[int], floa
 
 
 def recorded_figures() -> dict[str, Any]:
-    from judge.trajectories.dataset import load_dataset
+    from judge_eval.dataset import load_dataset
 
     folders = [p for p in DATA.glob("recorded/*") if p.is_dir()] + [DATA / "handmade"]
     trajectories, _ = load_dataset(folders)
@@ -138,7 +138,7 @@ def _percentiles(values: list[float]) -> dict[str, float]:
 def redaction_cost_figures() -> dict[str, Any]:
     """Save and turn time per turn with redaction on and off, side by side (each run is
     replayed once per configuration, alternating, so load on the machine hits both)."""
-    from judge.trajectories.dataset import load_dataset
+    from judge_eval.dataset import load_dataset
 
     folders = [p for p in DATA.glob("recorded/*") if p.is_dir()] + [DATA / "handmade"]
     trajectories, _ = load_dataset(folders)

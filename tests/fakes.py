@@ -150,7 +150,7 @@ def looping_history(
 
 async def replay_turns(tracker: Any, history: list[dict[str, Any]]) -> list[Any]:
     """``turn_started`` at each turn boundary of a finished history, the eval's own
-    boundaries (`judge.evaluation.replay.assistant_turn_ends`)."""
-    from judge.evaluation.replay import assistant_turn_ends
+    boundaries (`judge.turns.assistant_turn_ends`)."""
+    from judge.turns import assistant_turn_ends
 
     return [await tracker.turn_started(history[:end]) for end in assistant_turn_ends(history)]

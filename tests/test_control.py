@@ -11,7 +11,7 @@ import pytest
 from pydantic import ValidationError
 
 from judge import Action, LoopTracker, TrackerConfig, Verdict
-from judge.evaluation.replay import assistant_turn_ends
+from judge.turns import assistant_turn_ends
 from tests.fakes import Agent
 
 pytestmark = pytest.mark.anyio

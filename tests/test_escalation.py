@@ -9,7 +9,6 @@ import anyio
 import pytest
 
 from judge import Action, LoopTracker, ResponseMode, TrackerConfig, Verdict
-from judge.evaluation.replay import replay
 from judge.response.ladder import (
     DEFAULT_LADDER,
     Ladder,
@@ -17,7 +16,8 @@ from judge.response.ladder import (
     LadderState,
     RecoveryLevel,
 )
-from judge.trajectories.importers import load_trajectory
+from judge.turns import replay
+from judge_eval.importers import load_trajectory
 from tests.fakes import Agent
 
 RECORDED = Path(__file__).resolve().parent.parent / "evals/data/recorded/react_webshop"

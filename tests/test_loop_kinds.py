@@ -248,7 +248,7 @@ def test_an_edit_between_returns_resets_them() -> None:
 
 
 def test_revisit_state_round_trips() -> None:
-    from judge.evaluation.replay import assistant_turn_ends
+    from judge.turns import assistant_turn_ends
 
     agent = Agent()
     for i in range(5):

@@ -9,8 +9,8 @@ import anyio
 import pytest
 
 from judge import LoopTracker, TrackerConfig, Verdict
-from judge.evaluation.replay import assistant_turn_ends
 from judge.response.memory import LoopMemory
+from judge.turns import assistant_turn_ends
 from tests.fakes import Agent, FakeClient, answer
 
 SECRET = "sk-live-4f9Qz8WmXc2TnB7vR1yLpK0aHs"  # an API key in the call's arguments

@@ -267,9 +267,9 @@ def test_the_tracker_name_is_kept() -> None:
 
 
 async def test_the_eval_report_rows_carry_no_secret() -> None:
-    from judge.evaluation.replay import replay_trajectory
-    from judge.evaluation.report_files import trajectory_row
-    from judge.trajectories.dataset import Trajectory
+    from judge_eval.dataset import Trajectory
+    from judge_eval.replay import replay_trajectory
+    from judge_eval.report_files import trajectory_row
 
     leaky = JudgeHTTPError(f"401: bad key {TOKEN}", model=FAST, status=401)
     config = TrackerConfig(fast_model=FAST, check_after_turns=1, initial_interval=1, semantic="off")

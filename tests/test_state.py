@@ -12,7 +12,7 @@ from judge import LoopTracker, TrackerConfig
 from judge._codec import StateError, decode, encode
 from judge.detectors.suite import DetectorSuite
 from judge.history import normalize_history
-from judge.trajectories.dataset import load_dataset
+from judge_eval.dataset import load_dataset
 from tests.fakes import Agent
 
 SMOKE = Path(__file__).resolve().parent.parent / "evals" / "data"
@@ -79,7 +79,7 @@ def _replay_with_restarts(messages: list[dict], config: TrackerConfig) -> tuple[
     import anyio
 
     from judge import LoopTracker
-    from judge.evaluation.replay import assistant_turn_ends
+    from judge.turns import assistant_turn_ends
 
     async def run() -> tuple[list, list]:
         live = LoopTracker(config)

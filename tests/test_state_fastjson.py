@@ -20,7 +20,6 @@ import pytest
 from judge import LoopTracker, TrackerConfig
 from judge._codec import CannotWrite, CompactWriter, EncodeMemo, compact, expand
 from judge.errors import StateError
-from judge.evaluation.replay import assistant_turn_ends
 from judge.service.state import (
     SESSION_FORMAT,
     dump_session,
@@ -30,7 +29,8 @@ from judge.service.state import (
     stored_tail,
 )
 from judge.state import MAX_STATE_BYTES, PLAIN_MAX_BYTES, TrackerState
-from judge.trajectories.dataset import load_dataset
+from judge.turns import assistant_turn_ends
+from judge_eval.dataset import load_dataset
 
 pytestmark = pytest.mark.anyio
 

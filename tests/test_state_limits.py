@@ -20,7 +20,6 @@ from hypothesis import strategies as st
 
 from judge import LoopTracker, StateError, TrackerConfig, Verdict
 from judge._codec import INTERN_MIN_CHARS, compact, expand
-from judge.evaluation.replay import assistant_turn_ends
 from judge.history import (
     MAX_ARGUMENT_CHARS,
     MAX_ARGUMENT_DEPTH,
@@ -29,6 +28,7 @@ from judge.history import (
     normalize_history,
 )
 from judge.state import MAX_STATE_BYTES, STATE_VERSION, TrackerState
+from judge.turns import assistant_turn_ends
 
 CONFIG = TrackerConfig(semantic="off")
 # Nesting depths around every limit that broke saving: pydantic's JSON reader (~200), its

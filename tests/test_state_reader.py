@@ -16,7 +16,7 @@ from judge._codec import compact, decode, encode, expand
 from judge.history import normalize_entry
 from judge.llm.redaction import redactor_for
 from judge.state import redacted_by, redacting_reader
-from judge.trajectories.dataset import load_dataset
+from judge_eval.dataset import load_dataset
 
 DATA = Path(__file__).resolve().parent.parent / "evals" / "data"
 # Every RAW_STRIDE-th trajectory of the recorded and handmade sets: each source comes up.

@@ -11,8 +11,8 @@ import anyio
 import pytest
 
 from judge import LoopTracker, TrackerConfig, Verdict
-from judge.evaluation.replay import assistant_turn_ends
 from judge.response.telemetry import Telemetry
+from judge.turns import assistant_turn_ends
 from tests.fakes import Agent, FakeClient, answer, looping_history
 
 FAST, CONFIRM = "openai/fast", "openai/confirm"
