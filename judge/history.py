@@ -211,8 +211,14 @@ def caller_text(value: Any, what: str, index: int | None = None, field: str | No
         ) from exc
 
 
+# The abstract classes' isinstance checks are slow; listing the usual concrete classes first
+# answers for them without one.
+_MAPPINGS = (dict, Mapping)
+_SEQUENCES = (list, tuple, Sequence)
+
+
 def _as_mapping(raw: Any, index: int) -> Mapping[str, Any]:
-    if isinstance(raw, Mapping):
+    if isinstance(raw, _MAPPINGS):
         return raw
     dump = getattr(raw, "model_dump", None)  # pydantic / litellm message objects
     if callable(dump):
@@ -384,7 +390,7 @@ def normalize_message(raw: Any, index: int) -> Message:
             raise HistoryError(
                 "only assistant messages carry tool_calls", index=index, field="tool_calls"
             )
-        if not isinstance(raw_calls, Sequence) or isinstance(raw_calls, (str, bytes)):
+        if not isinstance(raw_calls, _SEQUENCES) or isinstance(raw_calls, (str, bytes)):
             raise HistoryError("tool_calls must be a list", index=index, field="tool_calls")
         tool_calls = tuple(_tool_call(c, index, i) for i, c in enumerate(raw_calls))
     elif role == "assistant" and data.get("function_call"):
@@ -415,7 +421,7 @@ def normalize_message(raw: Any, index: int) -> Message:
 def _parts(content: Any, index: int) -> list[Any] | None:
     """The content's parts when it is a list of blocks, each as a mapping (or a bare
     string), so the Anthropic block types can be told apart; None for any other content."""
-    if not isinstance(content, Sequence) or isinstance(content, (str, bytes, bytearray)):
+    if isinstance(content, (str, bytes, bytearray)) or not isinstance(content, _SEQUENCES):
         return None
     return [p if isinstance(p, (str, Mapping)) else _as_mapping(p, index) for p in content]
 
@@ -527,7 +533,7 @@ def message_digest(msg: Message) -> str:
 
 def ensure_sequence(history: Any) -> Sequence[Any]:
     """Reject a history that is not a list-like of messages, naming what it got instead."""
-    if isinstance(history, (str, bytes, bytearray, Mapping)) or not isinstance(history, Sequence):
+    if isinstance(history, (str, bytes, bytearray, Mapping)) or not isinstance(history, _SEQUENCES):
         raise HistoryError(f"history must be a list of messages, got {type(history).__name__}")
     return history
 

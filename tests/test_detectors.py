@@ -12,9 +12,9 @@ from hypothesis import strategies as st
 
 from judge import Action, LoopKind, LoopTracker, ResponseMode, TrackerConfig, Verdict
 from judge.detectors.base import Finding
-from judge.detectors.outcome import Outcome, classify, result_key
+from judge.detectors.outcome import Outcome, classify, result_key, volatile_masked
 from judge.detectors.suite import Assessment, combine
-from judge.detectors.text_repetition import degenerate
+from judge.detectors.text_repetition import degenerate, prose, questions
 from tests.fakes import Agent, replay_turns
 
 
@@ -280,6 +280,32 @@ def test_error_masking() -> None:
     assert result_key(data_a, classify(data_a)) != result_key(data_b, classify(data_b))
     assert classify("42") is Outcome.NUMBER
     assert classify("File written successfully") is Outcome.ACK
+
+
+def test_request_ids_are_masked_and_words_holding_id_are_not() -> None:
+    assert volatile_masked("ok request_id=ab12cd") != "ok request_id=ab12cd"
+    assert volatile_masked("a valid grid, did idle") == "a valid grid, did idle"
+    one, two = "Request-ID: 1 accepted", "Request-ID: 2 accepted"
+    assert result_key(one, Outcome.OK) == result_key(two, Outcome.OK)
+
+
+# -- text repetition ------------------------------------------------------------------------
+
+
+def test_questions_are_the_pieces_ending_in_a_question_mark() -> None:
+    assert questions("Could you tell me the booking reference please.") == []
+    asked = questions("Could you tell me the booking reference please?")
+    assert asked == ["could you tell me the booking reference please?"]
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["", "```", "a```x```b", "x\r\ny\r\n| t |\r\n", "- item\n# head\nplain words here",
+     "```python\nprint(1)\n```\n" * 5 + "and then", "\n\n\n   \t"],
+)  # fmt: skip
+def test_prose_is_never_longer_than_its_text(text: str) -> None:
+    """repeated_feedback skips reading messages shorter than an answer on this ground."""
+    assert len(" ".join(prose(text).split())) <= len(text)
 
 
 # -- text repetition ------------------------------------------------------------------------

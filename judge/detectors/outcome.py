@@ -58,43 +58,6 @@ _ERROR_ANYWHERE = re.compile(  # strong markers, searched in the head of the res
     r"does not exist|syntax error|No exact match found|^\W{0,3}error\b|"
     r"\"error\"\s*:\s*\"|\"status(?:_code)?\"\s*:\s*[45]\d\d\b",
 )
-# `_ERROR_ANYWHERE` tries its ~20 branches at every position of the head (~17 us a
-# result on the bench replay, issue 11), yet matches almost no result. A branch anchored
-# at the start can only match there; every other branch's matches hold one of these
-# literals ("Error:" stands for the four "...Error:" names). Without such a start and
-# without any of them in the head, the full search is skipped: it could not match.
-_ERROR_ANYWHERE_AT_START = re.compile(
-    r"[\w./-]+: (?:cannot|can't|error|fatal|failed)\b|\W{0,3}error\b"
-)
-_ERROR_ANYWHERE_LITERALS = (
-    "Traceback (most recent call last)",
-    "No such file",
-    "cannot access",
-    "command not found",
-    "Permission denied",
-    "is not recognized as",
-    "exit code",
-    "returned non-zero exit status",
-    "Invalid action",
-    "Error:",
-    "does not exist",
-    "syntax error",
-    "No exact match found",
-    '"error"',
-    '"status',
-)
-
-
-def error_anywhere(head: str) -> bool:
-    """Whether `_ERROR_ANYWHERE` finds a strong error marker in ``head``, searching only
-    when a cheap test says it might."""
-    if _ERROR_ANYWHERE_AT_START.match(head) is None and not any(
-        literal in head for literal in _ERROR_ANYWHERE_LITERALS
-    ):
-        return False
-    return _ERROR_ANYWHERE.search(head) is not None
-
-
 _EMPTY = re.compile(
     r"^\s*(?:\[\]|\{\}|null|none|nil|n/a|no (?:more )?(?:results?|matches|items|data|"
     r"output|files?|entries)(?: found)?|0 results?|nothing found|not found)\s*[.!]?\s*$",
@@ -226,7 +189,7 @@ def classify(text: str | None) -> Outcome:
     head = text[:_HEAD_CHARS]
     if _EMPTY.match(head) and len(text) < _ACK_MAX_CHARS:
         return Outcome.EMPTY
-    if _ERROR_START.match(head) or error_anywhere(head) or _trailer(text):
+    if _ERROR_START.match(head) or _ERROR_ANYWHERE.search(head) or _trailer(text):
         return Outcome.ERROR
     return _data(text)
 
@@ -258,17 +221,16 @@ def mask(text: str) -> str:
 # a bounded run of characters, so one pass is linear in the text.
 # Each entry: (gate, pattern, placeholder). The pattern is tried only when the gate passes:
 # literals one of which the lower-cased text holds, or a regex led by a literal (both are
-# C-speed scans). On the results of both labelled sets the gates cut the masking cost from
-# ~230 to ~100 us per result (mean 900 characters, busy machine): most hold no volatile token.
+# C-speed scans, while a pattern is tried at every position): most results hold no
+# volatile token, and the gates halve the cost of masking them.
 
 
 class _SuffixGate:
     """Passes when the lower-cased text holds ``prefix + anchor`` for one of the prefixes.
 
-    The same answer as testing each such literal with ``in``, found by visiting only the
-    places the anchor occurs: the request-id gate's 32 literals ("request_id", "run-id",
-    ...) each scanned the whole text, ~40 of the ~120 us a data result's masking cost on
-    the bench replay (issue 11), while "id" occurs a handful of times in a typical result.
+    Found by visiting only the places the anchor occurs: "id" occurs a handful of times in
+    a typical result, while testing each of the request-id gate's 32 literals ("request_id",
+    "run-id", ...) with ``in`` scans the whole text 32 times.
     """
 
     __slots__ = ("_reach", "anchor", "prefixes")
@@ -277,10 +239,6 @@ class _SuffixGate:
         self.anchor = anchor
         self.prefixes = prefixes
         self._reach = max(map(len, prefixes))
-
-    def literals(self) -> tuple[str, ...]:
-        """Every literal the gate stands for (for tests: the slow, obvious check)."""
-        return tuple(prefix + self.anchor for prefix in self.prefixes)
 
     def passes(self, lowered: str) -> bool:
         anchor, prefixes, reach = self.anchor, self.prefixes, self._reach
@@ -307,8 +265,8 @@ class _ConfirmedGate:
     match of the pattern implies, searched in the lower-cased text only when one does.
 
     For the attempt counter: "try" is in "entry", "registry" and "retry", so the literals
-    alone let ~10% of results through to a pass that costs ~120 us and masks nothing in
-    them; a "try" followed by a number is rarer still (bench replay, issue 11).
+    alone let about a tenth of results through to a costly pass that masks nothing in them;
+    a "try" followed by a number is rarer still.
     """
 
     __slots__ = ("confirm", "literals")

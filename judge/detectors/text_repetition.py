@@ -71,14 +71,11 @@ MAX_RUN_EVIDENCE = 12
 # "[^.!?]*\?" rescans from every position: quadratic on text with no punctuation.)
 _SENTENCE_END = re.compile(r"(?<=[.!?\n])")
 _FENCE = re.compile(r"```.*?(?:```|$)", re.DOTALL)
-# The definition of a sentence; `normalized_sentences` gives the same pieces faster.
-_SENTENCE_SPLIT = re.compile(r"(?<=[.!?])\s+|\n+")
-# What ends a sentence for `normalized_sentences`: the characters `_SENTENCE_SPLIT` cuts
-# after.
+# What ends a sentence for `normalized_sentences`, besides a line end.
 _SENTENCE_ENDS = (".", "!", "?")
-_WORD_STUTTER = re.compile(r"\b(\w{2,})(?:\s+\1\b){2,}", re.IGNORECASE)
-# The last two words of any `_WORD_STUTTER` match: a necessary condition, half the cost.
-_STUTTER_PAIR = re.compile(r"\s(\w{2,})\s+\1\b", re.IGNORECASE)
+# A word said three times or more in a row. The word is taken whole (possessive: a word
+# followed by whitespace can only be the whole word), so no shorter prefix is retried.
+_WORD_STUTTER = re.compile(r"\b(\w{2,}+)(?:\s+\1\b){2,}", re.IGNORECASE)
 _STRUCTURED_LINE = re.compile(r"^\s*(?:\||[-*+]\s|\d+[.)]\s|#)")
 # A short sentence counts towards a run only if it has a letter: a run of "}", "..." or
 # "0" lines is layout or data, not speech.
@@ -87,37 +84,10 @@ _WORDY = re.compile(r"[^\W\d_]")  # a letter: a column of "0" lines is data, not
 
 def prose(text: str) -> str:
     """Text with code blocks, tables, list items and headings removed: these repeat by
-    design and must not trip degenerate-text checks.
-
-    The last answer is kept: repeated_feedback reads the prose of the message this
-    detector has just read (the very string object, for a message under its scan limit),
-    and a message's prose costs ~10 us on the bench replay (issue 11). A pure function of
-    its argument, so the kept answer is always the one it would compute.
-    """
-    last = _LAST_PROSE[0]  # one read: a (text, prose) pair swapped whole, never torn
-    if text is last[0]:
-        return last[1]
-    body = "\n".join(
+    design and must not trip degenerate-text checks."""
+    return "\n".join(
         ln for ln in _FENCE.sub(" ", text).splitlines() if not _STRUCTURED_LINE.match(ln)
     )
-    _LAST_PROSE[0] = (text, body)
-    return body
-
-
-# The latest (text, prose(text)); see `prose`.
-_LAST_PROSE: list[tuple[str, str]] = [("", "")]
-
-
-def may_stutter(body: str) -> bool:
-    """False only where `_WORD_STUTTER` cannot match: a cheaper regex first, which spares
-    the full one (~55 us of a message's ~120 us on the bench replay, issue 11) on nearly
-    every message.
-
-    A stutter "w w w" has its second ``w`` after whitespace and followed by whitespace and
-    ``w`` again, so `_STUTTER_PAIR` matches wherever `_WORD_STUTTER` does; it starts only
-    after whitespace rather than at every word boundary, and stops at two.
-    """
-    return _STUTTER_PAIR.search(body) is not None
 
 
 def degenerate(text: str, body: str | None = None) -> tuple[str, int] | None:
@@ -127,7 +97,7 @@ def degenerate(text: str, body: str | None = None) -> tuple[str, int] | None:
     """
     if body is None:
         body = prose(text)
-    stutter = _WORD_STUTTER.search(body) if may_stutter(body) else None
+    stutter = _WORD_STUTTER.search(body)
     if stutter:
         # The word, not the run: the run's length depends on when it was read (a stream),
         # and the pattern must not, or an override of one would miss the other.
@@ -169,13 +139,11 @@ def _canonical_group(group: list[str]) -> str:
 
 
 def normalized_sentences(body: str) -> list[str]:
-    """The non-empty sentences of ``body``, lower-cased with whitespace collapsed: the
-    pieces `_SENTENCE_SPLIT` cuts, each normalized.
+    """The non-empty sentences of ``body``, lower-cased with whitespace collapsed.
 
-    Built from C-speed string methods instead of the split (~46 -> 18 us a message on the
-    bench replay, issue 11): the split's lookbehind is tried at every position. Once each
-    line's whitespace is collapsed to single spaces, a cut is a line end or a space right
-    after ".", "!" or "?", which `str.replace` finds. Tests pin it to the split.
+    A sentence ends at a line end, or at whitespace after ".", "!" or "?". Once each line's
+    whitespace is collapsed to single spaces, such a cut is a space right after one of
+    them, which `str.replace` finds (a regex's lookbehind would be tried at every position).
     """
     lines = "\n".join(" ".join(line.split()) for line in body.lower().split("\n"))
     for end in _SENTENCE_ENDS:
