@@ -5,10 +5,13 @@ from its module the first time it is used (PEP 562), so ``import judge`` costs w
 interpreter's own start does, and litellm is imported only when a tracker with a judge
 model is built (in a background thread) or the first judge check runs.
 
-The seams a user needs are public here: `LLMClient` and `ModelReply` (bring your own judge
-client, or a test double; `judge.testing.ScriptedJudge` is one), `Detector` and `Finding`
-(write a detector; its ``STATE`` names the attributes a saved `TrackerState` keeps), and
-every error under `LoopJudgeError`.
+Here are the names an agent builder needs: the trackers and their configuration, the
+verdict and its action and kind, the seams (`LLMClient` and `ModelReply`, defined in
+`judge.llm.client`: bring your own judge client, or `judge.testing.ScriptedJudge` in tests;
+`Detector` and `Finding`: write a detector, whose ``STATE`` names the attributes a saved
+`TrackerState` keeps) and the errors users catch. The rest is public in its own module:
+every error in `judge.errors`, a verdict's parts in `judge.verdict`, what follows a loop in
+`judge.response`.
 """
 
 from __future__ import annotations
@@ -27,64 +30,40 @@ if TYPE_CHECKING:  # what a type checker and an IDE see; at run time see __getat
     from judge.detectors.base import Detector, Finding
     from judge.errors import (
         ConfigError,
-        EmbeddingsUnavailable,
         HistoryError,
-        JudgeConnectionError,
         JudgeError,
-        JudgeHTTPError,
-        JudgeOutputError,
-        JudgeRateLimited,
-        JudgeTimeout,
         LoopDetected,
         LoopJudgeError,
         StateError,
-        TrajectoryFormatError,
     )
     from judge.llm.client import LLMClient, ModelReply
-    from judge.response.ladder import LadderState, OverrideRecord, ResponseMode
-    from judge.response.memory import LoopMemory
-    from judge.response.stats import TrackerStats
-    from judge.response.telemetry import Telemetry
     from judge.state import TrackerState
     from judge.sync import SyncLoopTracker
     from judge.tracker import LoopTracker
-    from judge.verdict import Action, JudgeCall, JudgeStage, LoopKind, Origin, Verdict
+    from judge.verdict import Action, JudgeFailure, LoopKind, Verdict
 
 # Public name -> the module that defines it. To export a name, add it here, to the
-# TYPE_CHECKING imports above and to __all__.
+# TYPE_CHECKING imports above and to __all__. Kept small: what building an agent with a
+# tracker needs. Everything else is public in its own module (`judge.errors` for every
+# error, `judge.verdict` for a verdict's parts, `judge.response` for what follows a loop).
 _EXPORTS: dict[str, str] = {
     "Action": "judge.verdict",
     "ConfigError": "judge.errors",
     "Detector": "judge.detectors.base",
-    "EmbeddingsUnavailable": "judge.errors",
     "Finding": "judge.detectors.base",
     "HistoryError": "judge.errors",
-    "JudgeCall": "judge.verdict",
-    "JudgeConnectionError": "judge.errors",
     "JudgeError": "judge.errors",
-    "JudgeHTTPError": "judge.errors",
-    "JudgeOutputError": "judge.errors",
-    "JudgeRateLimited": "judge.errors",
-    "JudgeStage": "judge.verdict",
-    "JudgeTimeout": "judge.errors",
+    "JudgeFailure": "judge.verdict",
     "LLMClient": "judge.llm.client",
-    "LadderState": "judge.response.ladder",
     "LoopDetected": "judge.errors",
     "LoopJudgeError": "judge.errors",
     "LoopKind": "judge.verdict",
-    "LoopMemory": "judge.response.memory",
     "LoopTracker": "judge.tracker",
     "ModelReply": "judge.llm.client",
-    "Origin": "judge.verdict",
-    "OverrideRecord": "judge.response.ladder",
-    "ResponseMode": "judge.response.ladder",
     "StateError": "judge.errors",
     "SyncLoopTracker": "judge.sync",
-    "Telemetry": "judge.response.telemetry",
     "TrackerConfig": "judge.config",
     "TrackerState": "judge.state",
-    "TrackerStats": "judge.response.stats",
-    "TrajectoryFormatError": "judge.errors",
     "Verdict": "judge.verdict",
 }
 
@@ -92,37 +71,44 @@ __all__ = [
     "Action",
     "ConfigError",
     "Detector",
-    "EmbeddingsUnavailable",
     "Finding",
     "HistoryError",
-    "JudgeCall",
-    "JudgeConnectionError",
     "JudgeError",
-    "JudgeHTTPError",
-    "JudgeOutputError",
-    "JudgeRateLimited",
-    "JudgeStage",
-    "JudgeTimeout",
+    "JudgeFailure",
     "LLMClient",
-    "LadderState",
     "LoopDetected",
     "LoopJudgeError",
     "LoopKind",
-    "LoopMemory",
     "LoopTracker",
     "ModelReply",
-    "Origin",
-    "OverrideRecord",
-    "ResponseMode",
     "StateError",
     "SyncLoopTracker",
-    "Telemetry",
     "TrackerConfig",
     "TrackerState",
-    "TrackerStats",
-    "TrajectoryFormatError",
     "Verdict",
 ]
+
+# Names this package exported before its surface was cut down -> their module. They still
+# resolve, with a DeprecationWarning naming the import to use, so existing code keeps
+# running while it moves; they are in neither __all__ nor dir().
+_MOVED: dict[str, str] = {
+    "EmbeddingsUnavailable": "judge.errors",
+    "JudgeCall": "judge.verdict",
+    "JudgeConnectionError": "judge.errors",
+    "JudgeHTTPError": "judge.errors",
+    "JudgeOutputError": "judge.errors",
+    "JudgeRateLimited": "judge.errors",
+    "JudgeStage": "judge.verdict",
+    "JudgeTimeout": "judge.errors",
+    "LadderState": "judge.response.ladder",
+    "LoopMemory": "judge.response.memory",
+    "Origin": "judge.verdict",
+    "OverrideRecord": "judge.response.ladder",
+    "ResponseMode": "judge.response.ladder",
+    "Telemetry": "judge.response.telemetry",
+    "TrackerStats": "judge.response.stats",
+    "TrajectoryFormatError": "judge.errors",
+}
 
 
 def _load(module_name: str) -> None:
@@ -147,9 +133,19 @@ def __getattr__(name: str) -> Any:
     if where is not None:
         _load(where)
         return globals()[name]
-    import importlib.util
+    moved = _MOVED.get(name)
+    if moved is not None:
+        import warnings
 
-    if not name.startswith("_") and importlib.util.find_spec(f"judge.{name}") is not None:
+        warnings.warn(
+            f"judge.{name} moved: import it from {moved} (from {moved} import {name})",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return getattr(importlib.import_module(moved), name)
+    from importlib.util import find_spec
+
+    if not name.startswith("_") and find_spec(f"judge.{name}") is not None:
         return importlib.import_module(f"judge.{name}")
     raise AttributeError(f"module 'judge' has no attribute {name!r}")
 

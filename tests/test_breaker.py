@@ -6,7 +6,8 @@ from datetime import datetime, timezone
 
 import pytest
 
-from judge import JudgeTimeout, LoopTracker, TrackerConfig
+from judge import LoopTracker, TrackerConfig
+from judge.errors import JudgeTimeout
 from judge.llm.breaker import BreakerState, CircuitBreaker, skip_message
 from tests.fakes import FakeClient, answer, looping_history
 

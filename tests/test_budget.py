@@ -7,7 +7,8 @@ from typing import Any
 
 import pytest
 
-from judge import JudgeTimeout, LoopTracker, TrackerConfig
+from judge import LoopTracker, TrackerConfig
+from judge.errors import JudgeTimeout
 from judge.history import normalize_history
 from judge.llm.budget import CHARS_PER_TOKEN, JudgeBudget
 from judge.llm.client import ModelReply

@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from judge import JudgeStage, LoopTracker, TrackerConfig, Verdict
+from judge import LoopTracker, TrackerConfig, Verdict
 from judge.llm._litellm import (
     BACKOFF_INITIAL_S,
     BACKOFF_JITTER_S,
@@ -27,6 +27,7 @@ from judge.llm._litellm import (
     _import_litellm,
 )
 from judge.llm.breaker import BreakerState
+from judge.verdict import JudgeStage
 from tests.fakes import answer, looping_history
 from tests.fault_server import FaultServer, Reply, Request, closed_port, completion, error
 

@@ -15,8 +15,9 @@ from typing import Any
 import pytest
 from pydantic import BaseModel
 
-from judge import HistoryError, JudgeOutputError, LoopTracker, TrackerConfig
+from judge import HistoryError, LoopTracker, TrackerConfig
 from judge._prompts import read_text
+from judge.errors import JudgeOutputError
 from judge.history import canonical_arguments, normalize_history
 from judge.llm.assessment import parse_assessment
 from judge.llm.transcript import SYSTEM_PROMPT_FILE

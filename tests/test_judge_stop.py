@@ -14,9 +14,11 @@ from typing import Any
 
 import pytest
 
-from judge import Action, JudgeHTTPError, JudgeStage, LoopTracker, TrackerConfig, Verdict
+from judge import Action, LoopTracker, TrackerConfig, Verdict
+from judge.errors import JudgeHTTPError
 from judge.response.ladder import Ladder, LadderPolicy, LadderState
 from judge.testing import Answer, JudgeRequest, ScriptedJudge
+from judge.verdict import JudgeStage
 from tests.fakes import Agent
 
 pytestmark = pytest.mark.anyio

@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 
-from judge import Action, JudgeStage, LoopTracker, TrackerConfig, Verdict
+from judge import Action, LoopTracker, TrackerConfig, Verdict
 from judge.detectors.base import Finding
 from judge.llm._litellm import _import_litellm
 from judge.response.ladder import LLM_PATTERN, Ladder, LadderPolicy, RecoveryLevel, Step
@@ -36,7 +36,7 @@ from judge.response.recovery import (
     judge_label,
 )
 from judge.testing import JudgeRequest, ScriptedJudge
-from judge.verdict import JudgeCall, LoopKind
+from judge.verdict import JudgeCall, JudgeStage, LoopKind
 from tests.fakes import Agent, answer
 from tests.fault_server import FaultServer, Reply, Request, completion
 

@@ -18,8 +18,45 @@ def test_every_public_error_is_a_loop_judge_error() -> None:
         for name in judge.__all__
         if inspect.isclass(obj := getattr(judge, name)) and issubclass(obj, Exception)
     ]
-    assert judge.StateError in errors and judge.TrajectoryFormatError in errors
+    assert judge.StateError in errors and judge.LoopDetected in errors
     assert all(issubclass(e, LoopJudgeError) for e in errors)
+
+
+def test_the_surface_stays_small() -> None:
+    """What an agent builder needs, not every class: the rest is public in its module."""
+    assert len(judge.__all__) <= 20
+    assert sorted(dir(judge)) == sorted({*dir(judge), *judge.__all__})
+
+
+def test_a_name_that_moved_still_resolves_with_a_warning() -> None:
+    from judge.errors import JudgeTimeout
+
+    with pytest.warns(DeprecationWarning, match=r"from judge\.errors import JudgeTimeout"):
+        assert judge.JudgeTimeout is JudgeTimeout
+
+
+def test_every_error_is_in_the_drawn_tree() -> None:
+    """The tree in judge.errors names every LoopJudgeError subclass the runtime defines.
+
+    Read from the source (class name -> base names), so no optional framework is imported.
+    """
+    import ast
+    from pathlib import Path
+
+    import judge.errors
+
+    bases: dict[str, set[str]] = {}
+    for path in Path(judge.__file__).parent.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text("utf-8"))):
+            if isinstance(node, ast.ClassDef):
+                names = {b.id if isinstance(b, ast.Name) else ast.unparse(b) for b in node.bases}
+                bases.setdefault(node.name, set()).update(n.rpartition(".")[2] for n in names)
+    errors = {"LoopJudgeError"}
+    while grown := {c for c, b in bases.items() if b & errors and c not in errors}:
+        errors |= grown
+    tree = judge.errors.__doc__ or ""
+    missing = sorted(e for e in errors if f"+-- {e} " not in tree and e != "LoopJudgeError")
+    assert not missing, f"add to the tree in judge/errors.py: {missing}"
 
 
 def test_public_names_say_judge_not_a_private_module() -> None:
@@ -119,7 +156,8 @@ def test_agent_history_rejects_an_unknown_format() -> None:
 
 
 def test_a_verdict_source_has_typed_parts_and_a_checked_shape() -> None:
-    from judge import Origin, Verdict
+    from judge import Verdict
+    from judge.verdict import Origin
 
     heuristic = Verdict(looping=True, source="heuristic:exact_repeat")
     assert (heuristic.origin, heuristic.detector) == (Origin.HEURISTIC, "exact_repeat")

@@ -14,10 +14,11 @@ from typing import Any
 
 import pytest
 
-from judge import JudgeCall, JudgeStage, LoopTracker, TrackerConfig, Verdict
+from judge import LoopTracker, TrackerConfig, Verdict
 from judge.llm._litellm import FORMAT_MODES, LiteLLMClient
 from judge.llm.assessment import ANALYSIS_KEY, CONFIDENCE_KEY, assessment_schema, extract_object
 from judge.tracker import FRESH_ASSISTANT_TURNS
+from judge.verdict import JudgeCall, JudgeStage
 from tests.fakes import looping_history
 from tests.realmodel import (
     LITELLM_MODEL,

@@ -13,8 +13,8 @@ import pytest
 
 pytest.importorskip("fastapi", reason="the serve extra is not installed")
 
-from judge import JudgeTimeout, LoopTracker, TrackerConfig, Verdict
-from judge.errors import ConfigError
+from judge import LoopTracker, TrackerConfig, Verdict
+from judge.errors import ConfigError, JudgeTimeout
 from judge.service.app import OPENAPI_FILE, create_app, openapi_schema
 from judge.service.settings import ServerSettings, is_loopback
 from judge.service.store import MemoryStore

@@ -8,7 +8,8 @@ from typing import Any
 import anyio
 import pytest
 
-from judge import Action, JudgeHTTPError, JudgeTimeout, LoopTracker, TrackerConfig, Verdict
+from judge import Action, LoopTracker, TrackerConfig, Verdict
+from judge.errors import JudgeHTTPError, JudgeTimeout
 from tests.fakes import FakeClient, answer, hang, looping_history
 
 FAST, CONFIRM = "fake/fast", "fake/confirm"
