@@ -1,8 +1,9 @@
 """`LoopTracker`: the object an agent calls once per turn.
 
-Thin orchestration: history in -> normalized messages -> detectors and (when due) the
-judge -> verdict out. The parts live in their own modules; this one only decides who runs
-when and folds their answers into a `Verdict`.
+Thin orchestration, one path per turn: read the new messages (`Conversation`) -> feed the
+detectors (`DetectorSuite`) -> `decide` (and, when a check is due and nothing flagged,
+ask the judge and decide again) -> respond (`Responder`). The parts live in their own
+modules; this one only orders them.
 """
 
 from __future__ import annotations
@@ -13,16 +14,12 @@ from typing import TYPE_CHECKING, Any
 
 from judge.config import TrackerConfig
 from judge.conversation import Conversation
-from judge.detectors.base import SUSPICION_CAP, Detector, Finding
+from judge.decision import Decision, decide
+from judge.detectors.base import Detector
 from judge.detectors.stream import StreamMonitor
-from judge.detectors.suite import SINGLE_SCORE, Assessment, DetectorSuite
+from judge.detectors.suite import DetectorSuite
 from judge.errors import HistoryError, StateError
-from judge.history import (
-    Message,
-    ToolCall,
-    canonical_arguments,
-    message_digest,
-)
+from judge.history import Message, ToolCall, canonical_arguments
 from judge.llm.breaker import CircuitBreaker, Clock, skip_message
 from judge.llm.budget import JudgeBudget
 from judge.llm.transcript import fit_prompt
@@ -45,9 +42,6 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger("judge.tracker")
 
-# A suspicion at or above this brings the judge's check forward, even before turn 30: the
-# score a detector reports one repeat short of its own threshold (SUSPICION_CAP).
-SUSPICION_SCORE = SUSPICION_CAP
 # After a loop verdict the judge only reads what came after the evidence it answered; it is
 # not asked until the agent has taken this many turns since (one fewer than the 5-turn
 # minimum interval, so a relapse is judged at the next scheduled check).
@@ -161,7 +155,7 @@ class LoopTracker:
     @property
     def detections(self) -> int:
         """Loop verdicts given so far; drives the escalation ladder."""
-        return self._responder.ladder.state.detections
+        return self._responder.detections
 
     @property
     def stats(self) -> TrackerStats:
@@ -172,16 +166,17 @@ class LoopTracker:
     @property
     def overrides(self) -> list[OverrideRecord]:
         """Every `override` made in this session, oldest first."""
-        return list(self._responder.ladder.state.overrides)
+        return self._responder.overrides
 
     @property
     def ladder_state(self) -> LadderState:
         """The escalation ladder's state (a copy), JSON-serializable."""
-        return self._responder.ladder.state.model_copy(deep=True)
+        return self._conversation.save_answered(self._responder.snapshot()[0])
 
     def load_ladder_state(self, state: LadderState) -> None:
         """Restore a state from `ladder_state` (e.g. after a restart)."""
         self._responder.load_state(state)
+        self._conversation.load_answered(state)
 
     def override(self, pattern_or_verdict: str | Verdict, reason: str) -> OverrideRecord:
         """A person says "keep going" about a loop (a verdict, or its ``pattern``).
@@ -210,7 +205,7 @@ class LoopTracker:
             **self._conversation.snapshot(),
             detectors=self._suite.snapshot(),
             stream=self._stream.snapshot(),
-            ladder=ladder,
+            ladder=self._conversation.save_answered(ladder),
             stats=stats,
             breaker=self._breaker.snapshot(),
             judge_calls_used=calls_used,
@@ -271,6 +266,7 @@ class LoopTracker:
         self._suite.restore(state.detectors)
         self._stream.restore(state.stream)
         self._responder.restore(state.ladder, state.stats)
+        self._conversation.load_answered(state.ladder)
         self._breaker.restore(state.breaker)
         self._budget.restore(state.judge_calls_used, state.judge_tokens_used)
 
@@ -311,55 +307,42 @@ class LoopTracker:
         return await self._responder.settle(verdict)
 
     async def _turn(self, history: Any) -> Verdict:
-        found = self._heuristics(history)
-        if found.loop is not None:
-            self._answered()
-            return self._heuristic_verdict(found.loop)
-        if not self._check_due(found):
-            return Verdict(turn=self.turn, suspicion=found.suspicion)
-        return await self._judged(found)
-
-    def _heuristics(self, history: Any) -> Assessment:
-        """Read the new messages, count the turn and combine the detectors' findings."""
-        self._ingest(history)
+        """Read -> feed the detectors -> decide -> respond."""
+        self._read(history)
         self._schedule.tick()
         self._responder.begin_turn()
         self._stream.reset()
-        return self._responder.decide(self._suite.findings())
+        findings = self._suite.findings()
+        # The decision reads the state as the turn found it, before any await.
+        policy = self._responder.policy(findings, answered=self._conversation.answered)
+        decision = decide(findings, None, policy)
+        outcome: JudgeOutcome | None = None
+        errors: list[str] = []
+        if not decision.looping and self._check_due(decision):
+            # None while too little happened since a loop verdict: the check stays due.
+            window = self._conversation.window(min_turns=FRESH_ASSISTANT_TURNS)
+            skipped = self._check_skipped() if window is not None else None
+            if skipped is not None:
+                errors.append(skipped)
+            elif window is not None:
+                outcome = await self._run_check(window)
+                decision = decide(findings, outcome, policy)
+        if decision.looping:
+            self._conversation.answer()
+        return self._responder.respond(
+            decision,
+            turn=self.turn,
+            judge=outcome,
+            recent=self._conversation.recent,
+            errors=errors,
+        )
 
-    def _check_due(self, found: Assessment) -> bool:
-        """Whether the judge is to be asked this turn (nothing flagged it yet)."""
-        if self._judge is None:
-            return False
-        early = self.config.early_checks and found.suspicion >= SUSPICION_SCORE
-        return self._schedule.due(early=early)
-
-    async def _judged(self, found: Assessment) -> Verdict:
-        """The turn's verdict when a check is due: the judge's, or why it was not asked."""
-        suspicion = found.suspicion
-        window = self._fresh_window()
-        if window is None:
-            return Verdict(turn=self.turn, suspicion=suspicion)
-        skipped = self._check_skipped()
-        if skipped is not None:
-            return Verdict(turn=self.turn, suspicion=suspicion, errors=[skipped])
-        outcome = await self._run_check(window)
-        verdict = self._judge_verdict(outcome, found)
-        if verdict.looping:
-            self._answered()
-        return verdict
-
-    def _ingest(self, history: Any) -> None:
+    def _read(self, history: Any) -> None:
+        """Read what is new in ``history`` and feed it to the detectors."""
         reading = self._conversation.read(history)
         if reading.rewound:
             logger.info("history was rewritten; re-reading it from the start")
             self._suite.reset()
-            # What a verdict already answered stays answered when it is re-read, wherever
-            # the rewrite moved it; what came after it is new.
-            answered = self._responder.ladder.state.acted_digest
-            if answered is not None:
-                found = [m.index for m in reading.new if message_digest(m) == answered]
-                self._responder.ladder.relocate(found[-1] if found else None)
         for msg in reading.new:
             self._suite.feed(msg)
         self._suite.read()
@@ -367,6 +350,13 @@ class LoopTracker:
         # not make the agent's next identical failure any less of a loop.
         if reading.new_prompt and self.config.count_scope == "prompt":
             self._schedule.reset()
+
+    def _check_due(self, decision: Decision) -> bool:
+        """Whether the judge is to be asked this turn (nothing flagged it yet): by the
+        schedule, or early when a finding is one repeat short of a loop."""
+        if self._judge is None:
+            return False
+        return self._schedule.due(early=self.config.early_checks and decision.suspect)
 
     def _check_skipped(self) -> str | None:
         """Why a due check must not run (budget spent, circuit open), or None.
@@ -381,19 +371,6 @@ class LoopTracker:
         if left is not None:
             return skip_message(left, self._breaker.consecutive_failures)
         return None
-
-    def _answered(self) -> None:
-        """A loop verdict is being given: everything read so far is answered."""
-        last = self._conversation.last
-        if last is not None:
-            self._responder.ladder.answered(last.index, message_digest(last))
-
-    def _fresh_window(self) -> list[Message] | None:
-        """The judge's window without what a loop verdict already answered; None while
-        too little has happened since (the check stays due)."""
-        return self._conversation.window(
-            after=self._responder.ladder.state.acted_through, min_turns=FRESH_ASSISTANT_TURNS
-        )
 
     async def _run_check(self, messages: list[Message]) -> JudgeOutcome:
         assert self._judge is not None
@@ -437,16 +414,6 @@ class LoopTracker:
         outcome.evidence = [m.index for m in window if m.role == "assistant"]
         return outcome
 
-    # -- verdicts -----------------------------------------------------------------------
-
-    def _heuristic_verdict(self, finding: Finding) -> Verdict:
-        return self._responder.heuristic_verdict(finding, turn=self.turn)
-
-    def _judge_verdict(self, outcome: JudgeOutcome, found: Assessment) -> Verdict:
-        return self._responder.judge_verdict(
-            outcome, found=found, turn=self.turn, recent=self._conversation.recent
-        )
-
     # -- before a call, and while streaming -------------------------------------------
 
     def check_call(self, name: str, arguments: Any = None, *, refuse: bool = True) -> Verdict:
@@ -470,31 +437,20 @@ class LoopTracker:
         call = ToolCall(id=None, name=name, arguments=canonical, canonical=canonical, parsed=parsed)
         call = self._conversation.scrubbed(call)
         findings = self._suite.preflight(call)
-        suspicion = max((f.score for f in findings), default=0.0)
-        # The same rule as a turn's: a pattern a person overrode is not a loop, whichever
-        # detector happens to come first.
-        loops = [f for f in findings if f.score >= SINGLE_SCORE]
-        loop = next((f for f in loops if not self._responder.silenced(f.pattern)), None)
-        if loop is None or self._spoken_since(loop):
+        policy = self._responder.policy(
+            findings, answered=self._conversation.answered, prompt=self._conversation.prompt
+        )
+        decision = decide(findings, None, policy, preflight=True)
+        if not decision.looping:
             if refuse:
                 self._suite.allowed(call)
-            # A loop that is not acted on shows as a suspicion, as a turn's would.
-            shown = min(suspicion, SUSPICION_SCORE) if loops else suspicion
-            return Verdict(turn=self.turn, suspicion=shown)
+            return Verdict(turn=self.turn, suspicion=decision.suspicion)
         if not refuse:
-            return self._responder.preview_verdict(loop, turn=self.turn)
-        verdict = self._responder.refusal_verdict(loop, turn=self.turn)
-        if verdict.looping:
-            self._suite.refuse(call)
-            self._answered()
+            return self._responder.preview(decision, turn=self.turn)
+        verdict = self._responder.refuse(decision, turn=self.turn)
+        self._suite.refuse(call)
+        self._conversation.answer()
         return verdict
-
-    def _spoken_since(self, loop: Finding) -> bool:
-        """Whether a person's prompt came after the newest call ``loop`` cites: they may
-        have changed what the call depends on, so it may run once more (and flag again
-        at the next turn if it fails the same way)."""
-        task = self._conversation.task
-        return task is not None and bool(loop.evidence) and task.index > max(loop.evidence)
 
     def content_chunk(self, text: str) -> Verdict | None:
         """Feed streamed assistant text; a verdict when the response repeats itself.
@@ -505,5 +461,7 @@ class LoopTracker:
         finding = self._stream.feed(text)
         if finding is None:
             return None
-        verdict = self._responder.preview_verdict(finding, turn=self.turn, evidence=False)
-        return verdict if verdict.looping else None
+        decision = decide([finding], None, self._responder.policy([finding]), preflight=True)
+        if not decision.looping:
+            return None
+        return self._responder.preview(decision, turn=self.turn, evidence=False)
