@@ -1,7 +1,8 @@
 """The two-stage LLM judge: a fast model screens, a stronger model confirms.
 
 Only a fast answer at or above the threshold costs a confirm call, so the expensive model
-is consulted on a small fraction of checks. Failures are recorded, never raised.
+is consulted on a small fraction of checks. Failures are recorded, never raised. The pair
+reports what its models said; whether that is a loop is `judge.decision.decide`'s call.
 
 Cheap to import: the assessment parser (jsonschema) and the litellm wrapper (tenacity) are
 imported when the first check runs, so a tracker without a judge model never pays for
@@ -23,7 +24,7 @@ from judge.errors import JudgeError
 from judge.verdict import JudgeCall, JudgeFailure, JudgeFailureKind, JudgeStage
 
 if TYPE_CHECKING:
-    from judge.llm.assessment import Assessment
+    from judge.llm.assessment import JudgeAssessment
     from judge.llm.client import LLMClient, ModelReply
 
 logger = logging.getLogger("judge.llm.pair")
@@ -35,16 +36,15 @@ apart from the judge's latency."""
 
 @dataclass(slots=True)
 class JudgeOutcome:
-    """What one check concluded.
+    """What one check's models said.
 
-    ``deciding`` is the call whose confidence decided it (confirm when it answered, else
+    ``deciding`` is the call whose confidence decides (confirm when it answered, else
     fast); None means the judge gave no answer and the check must be retried.
     ``prepare_s`` is the time spent making the client ready (importing litellm) before the
     first request, kept out of every call's ``latency_s``; ``not_ready`` says that took
     longer than the deadline, so no model was asked (not the endpoint's fault).
     """
 
-    looping: bool = False
     deciding: JudgeCall | None = None
     calls: list[JudgeCall] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
@@ -139,7 +139,7 @@ class TwoStageJudge:
 
     async def _ask(
         self, model: str, stage: JudgeStage, prompt: list[dict[str, str]]
-    ) -> tuple[JudgeCall, Assessment | None]:
+    ) -> tuple[JudgeCall, JudgeAssessment | None]:
         from judge.llm.assessment import parse_assessment
 
         schema = self._read_schema()
@@ -195,7 +195,8 @@ class TwoStageJudge:
         """Ask the fast model, then the confirm model when the fast one is sure.
 
         ``skip_confirm`` (a reason, e.g. a spent call budget) trusts a sure fast model
-        without asking the confirm one, and says why on the outcome.
+        without asking the confirm one, and says why on the outcome; so does a confirm
+        model that fails (the fast call stays the deciding one).
         """
         outcome = JudgeOutcome()
         if not await self._ready(outcome):
@@ -209,14 +210,12 @@ class TwoStageJudge:
         if fast.confidence < self.threshold:
             return outcome
         if self.confirm_model is None:
-            outcome.looping = True
             return outcome
         if skip_confirm is not None:
             outcome.errors.append(
                 f"{skip_confirm}; confirm judge {self.confirm_model} not asked, "
                 "trusting the fast model"
             )
-            outcome.looping = True
             return outcome
         confirm_call, confirm = await self._ask(self.confirm_model, JudgeStage.CONFIRM, prompt)
         outcome.calls.append(confirm_call)
@@ -225,8 +224,6 @@ class TwoStageJudge:
             outcome.errors.append(
                 f"confirm judge {self.confirm_model}: {confirm_call.error}; trusting the fast model"
             )
-            outcome.looping = True
             return outcome
         outcome.deciding = confirm_call
-        outcome.looping = confirm.confidence >= self.threshold
         return outcome
