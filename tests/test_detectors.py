@@ -11,9 +11,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from judge import Action, LoopKind, LoopTracker, ResponseMode, TrackerConfig, Verdict
+from judge.decision import Combined, combine
 from judge.detectors.base import Finding
 from judge.detectors.outcome import Outcome, classify, result_key, volatile_masked
-from judge.detectors.suite import Assessment, combine
 from judge.detectors.text_repetition import degenerate, prose, questions
 from tests.fakes import Agent, replay_turns
 
@@ -373,7 +373,7 @@ def test_combination_rules() -> None:
     weak = combine([_f(n, 0.5) for n in "abcde"], weights)
     assert weak.loop is None and weak.suspicion == 0.5
     assert combine([_f("x", 0.8)], weights).loop is not None  # weighted sum 0.64
-    assert combine([], weights) == Assessment(None, 0.0, ())
+    assert combine([], weights) == Combined(None, 0.0, ())
 
 
 def test_presets_and_overrides() -> None:

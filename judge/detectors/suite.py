@@ -10,10 +10,6 @@ from typing import Any
 
 from judge._codec import StepPool, decode, dump_attrs, encode, load_attrs
 from judge.config import TrackerConfig
-from judge.decision import NOTHING_FOUND as NOTHING_FOUND
-from judge.decision import SINGLE_SCORE as SINGLE_SCORE
-from judge.decision import Combined
-from judge.decision import combine as combine
 from judge.detectors.base import Detector, Event, Finding, Preflight, Refusal
 from judge.detectors.cycle import CycleDetector
 from judge.detectors.exact_repeat import ExactRepeatDetector
@@ -31,8 +27,6 @@ from judge.detectors.tool_classes import UNLIMITED, ToolClass, repeat_limit
 from judge.errors import EmbeddingsUnavailable, StateError
 from judge.history import Message, ToolCall
 
-# The name the tracker imports until it reads `judge.decision.Decision`.
-Assessment = Combined
 # Tool names whose repeat limit is remembered; agents use a few dozen tools at most.
 LIMITS_CACHED = 1024
 
