@@ -19,18 +19,12 @@ Counting rules, chosen so the ladder is predictable and documented in one place:
   escaped keeps its count: relapsing is exactly what the higher rungs are for. The LLM
   judge's pattern is the exception: the judge is asked every 5-15 turns, so silence proves
   nothing; its attempt closes as a recovery only when a later check finds no loop.
-- A verdict is tied to its evidence. A loop verdict answers everything read so far: the
-  ladder remembers the newest message at that moment (``acted_through``, and a digest of
-  it to find it again in a rewritten history); a finding that cites nothing newer is a
-  loop already answered, not a new repeat, and must not flag again (`Ladder.stale`). So
-  the ladder climbs only when the agent repeats a pattern after it was told, and an agent
-  that obeys the recovery message is never pushed towards ``stop``.
-- The judge alone stops a run only on agreement that has lasted: both of its models (fast
-  and confirm) found a loop on two checks at least ``min_interval`` turns apart, with no
-  check in between finding none (`Ladder.judge_may_stop`). Until then a judge verdict
-  that the rung would make a stop asks the user instead. One model is one opinion, and a
-  model that answers "loop" on everything would otherwise end every run it watches; a
-  person can always say "keep going", a stopped run cannot.
+- The ladder never decides whether there is a loop (`judge.decision.decide` does, from
+  the overrides and the judge's agreement kept here, and what the conversation says a
+  verdict already answered); it only counts the verdicts that come of it. A judge verdict
+  that the rung would make a stop asks the user instead until the judge's agreement has
+  lasted (`judge.decision.may_stop`): a person can always say "keep going", a stopped run
+  cannot.
 """
 
 from __future__ import annotations
@@ -159,6 +153,8 @@ class LadderState(BaseModel):
     failed_recoveries: int = 0
     patterns: dict[str, PatternState] = Field(default_factory=dict)
     overrides: list[OverrideRecord] = Field(default_factory=list)
+    # What a loop verdict answered is the conversation's (judge.decision.Answered); a saved
+    # state keeps it here, where states saved before it moved have it.
     acted_through: int = Field(
         default=-1, description="newest message index read when a loop verdict was given"
     )
@@ -287,31 +283,6 @@ class Ladder:
         """Whether the judge alone may stop the run: both models agreed on two checks at
         least ``min_interval`` session turns apart (`judge.decision.may_stop`)."""
         return may_stop(self.state.judge_agreed, min_interval)
-
-    # -- evidence ------------------------------------------------------------------------
-
-    def stale(self, evidence: Sequence[int]) -> bool:
-        """Whether a finding citing ``evidence`` was already answered by a loop verdict.
-
-        A finding that cites no message cannot be tied to one and is never stale.
-        """
-        return bool(evidence) and max(evidence) <= self.state.acted_through
-
-    def answered(self, index: int, digest: str) -> None:
-        """A loop verdict was given with message ``index`` the newest read: everything up to
-        it is answered (``digest`` identifies that message whatever its position)."""
-        if index >= self.state.acted_through:
-            self.state.acted_through, self.state.acted_digest = index, digest
-
-    def relocate(self, index: int | None) -> None:
-        """After a rewrite, where the newest answered message is now (None: it is gone, so
-        everything left is newer: a sliding window dropped it, or a summary replaced it)."""
-        if self.state.acted_digest is None:
-            return
-        if index is None:
-            self.state.acted_through, self.state.acted_digest = -1, None
-        else:
-            self.state.acted_through = index
 
     # -- detections ----------------------------------------------------------------------
 
