@@ -51,8 +51,8 @@ if TYPE_CHECKING:
     from judge.llm.redaction import Redactor
     from judge.response.memory import LoopMemory
 
-# Imported where used, not here (issue 11, cold start): the known-loop memory (sqlite3)
-# only with a memory_path, the recovery texts (templates, their patterns) only on a loop
+# Imported where used, not here, so a hook's process starts sooner: the known-loop memory
+# (sqlite3) only with a memory_path, the recovery texts (templates, their patterns) only on a loop
 # verdict. Most processes, and every quiet turn, need neither.
 
 logger = logging.getLogger("judge.response")
@@ -65,9 +65,9 @@ _LOUD_ACTIONS = frozenset({Action.STOP, Action.ASK_USER})
 # Redacted patterns remembered for override(): a session flags a handful, this is plenty.
 PUBLIC_PATTERNS_KEPT = 256
 # Verdict texts whose redaction is remembered: a loop's pattern and summary come back at
-# each relapse, and a heuristic verdict's analysis repeats its summary; redacting one costs
-# about 100 us whatever its length (every rule's triggers are looked for). A session has a
-# handful of loops, each with five texts: 64 covers them.
+# each relapse, and a heuristic verdict's analysis repeats its summary, and every rule's
+# triggers are looked for in each text whatever its length. A session has a handful of
+# loops, each with five texts: 64 covers them.
 REDACTED_KEPT = 64
 # Characters of a verdict's summary in its log line.
 LOG_SUMMARY_CHARS = 200
