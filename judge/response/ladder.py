@@ -78,7 +78,7 @@ OVERRIDES_TO_DISABLE = 3
 # The ladder's models build their pydantic schema on first validation, not at import: a
 # tracker starts from defaults (`model_construct`, no validation) and validates a
 # `PatternState` or a `Step` only on a loop verdict, so a quiet process never builds them
-# (issue 11: ~8 ms of every cold start).
+# and a hook's process starts sooner.
 _DEFERRED = ConfigDict(defer_build=True)
 
 
@@ -203,8 +203,8 @@ def _fresh_state() -> LadderState:
     ``validate_default`` is off), so the schema waits until a state is read or saved.
 
     The fields with a default factory are given: for each one left out, pydantic reads the
-    factory's signature (to see whether it takes the validated data), ~0.1 ms apiece, which
-    made this ~0.29 ms of every tracker a sidecar session builds or restores (issue 11).
+    factory's signature (to see whether it takes the validated data), on every tracker a
+    sidecar session builds or restores.
     """
     return LadderState.model_construct(patterns={}, overrides=[], judge_agreed=[])
 
