@@ -288,7 +288,7 @@ def _session(tmp: Path) -> tuple[Path, Path, dict[str, dict[str, Any]]]:
             state_dir=state,
         )  # fmt: skip
     call = {"tool_name": "Grep", "tool_input": {"pattern": "TODO", "path": "/src"}}
-    events = {
+    events: dict[str, dict[str, Any]] = {
         "PreToolUse": {**base, **call, "hook_event_name": "PreToolUse", "tool_use_id": "toolu_x"},
         "PostToolUse": {
             **base, **call, "hook_event_name": "PostToolUse", "tool_use_id": "toolu_x",
@@ -343,9 +343,9 @@ def main() -> None:
     tmp = Path(tempfile.mkdtemp(prefix="bench-hook-"))
     try:
         package = tmp / "pkg"
-        shutil.copytree(
-            ROOT / "judge", package / "judge", ignore=shutil.ignore_patterns("__pycache__")
-        )
+        skip = shutil.ignore_patterns("__pycache__")
+        shutil.copytree(ROOT / "judge", package / "judge", ignore=skip)
+        shutil.copytree(ROOT / "prompts", package / "prompts", ignore=skip)  # read beside judge/
         env = {k: v for k, v in os.environ.items() if not k.startswith("LOOP_JUDGE_")}
         env.pop("PYTHONDONTWRITEBYTECODE", None)
         env["PYTHONPYCACHEPREFIX"] = str(tmp / "pycache")

@@ -75,9 +75,10 @@ ACCEPT_TIMEOUT_S = 1.0
 # 30 s as the in-process path's, judge.integrations.claude_code.LOCK_WAIT_S) plus a judge
 # check's margin. Answering in process after it took the event could feed it twice.
 ANSWER_TIMEOUT_S = 45.0
-# A daemon that failed to come up is not started again by every hook: at most once in
-# this many seconds (a marker file's age says when the last try was).
-SPAWN_BACKOFF_S = 10.0
+# A daemon that fails to come up is not started again by every hook: at most once in
+# this many seconds (a marker file's age says when the last try was). A daemon that is
+# up, or still importing, holds its lock file, and then none is started at all.
+SPAWN_BACKOFF_S = 2.0
 # Hook payloads above this go to the in-process path, which refuses them by the same
 # limit (judge.integrations.claude_code.MAX_PAYLOAD_BYTES).
 MAX_PAYLOAD_BYTES = 64 * 1024 * 1024
@@ -148,15 +149,15 @@ def _fnv64(data: bytes) -> int:
     return h
 
 
-def socket_path(directory: str, env: Sequence[tuple[str, str]] | None = None) -> str:
+def socket_path(
+    directory: str, env: Sequence[tuple[str, str]] | None = None, *, package: str = PACKAGE_DIR
+) -> str:
     """The socket of the daemon for this package and configuration: one daemon per user
     for each installation and set of ``LOOP_JUDGE_*`` settings, since a daemon answers
     with the configuration it started with (two virtual environments, or two agents set
     up differently, each get theirs instead of replacing each other's)."""
     pairs = config_env() if env is None else env
-    key = "\0".join([PACKAGE_DIR, *(f"{k}={v}" for k, v in pairs)]).encode(
-        "utf-8", "surrogateescape"
-    )
+    key = "\0".join([package, *(f"{k}={v}" for k, v in pairs)]).encode("utf-8", "surrogateescape")
     return os.path.join(directory, f"hook-{_fnv64(key):016x}.sock")
 
 
@@ -214,11 +215,13 @@ def encode_env(env: Sequence[tuple[str, str]]) -> bytes:
 
 
 class Unanswered(Exception):
-    """The daemon did not take the event; ``start`` says whether to start (or replace) one."""
+    """The daemon did not take the event; ``start`` says whether to start one, and
+    ``stale`` that it replaces one that is on its way out."""
 
-    def __init__(self, why: str, *, start: bool) -> None:
+    def __init__(self, why: str, *, start: bool, stale: bool = False) -> None:
         super().__init__(why)
         self.start = start
+        self.stale = stale
 
 
 class Lost(Exception):
@@ -253,7 +256,7 @@ def ask_daemon(path: str, agent: str, state_dir: str, raw: bytes) -> tuple[int, 
         except ConnectionError as exc:  # closed at once: it died or is exiting
             raise Unanswered("daemon gone", start=True) from exc
         if reply == STALE:
-            raise Unanswered("stale daemon", start=True)
+            raise Unanswered("stale daemon", start=True, stale=True)
         if reply != ACCEPTED:
             raise Unanswered("declined", start=False)
         try:
@@ -270,13 +273,27 @@ def ask_daemon(path: str, agent: str, state_dir: str, raw: bytes) -> tuple[int, 
         sock.close()
 
 
-def spawn_daemon(path: str) -> bool:
+def spawn_daemon(path: str, *, replacing: bool = False) -> bool:
     """Start the daemon for ``path`` detached from this process: its own session, stdin,
     stdout and stderr on /dev/null (Claude Code reads the hook's pipes until every holder
     closes them), no other descriptor inherited, reaped by init rather than by us (double
-    fork: no zombie). At most once per `SPAWN_BACKOFF_S`. True when one was started."""
+    fork: no zombie). Not while a daemon holds the path's lock (it is up or starting)
+    unless ``replacing`` a stale one (which is exiting: the new one waits for its lock),
+    and at most once per `SPAWN_BACKOFF_S`. True when one was started."""
+    import fcntl
     import time
 
+    try:
+        fd = os.open(path + ".lock", os.O_RDWR | os.O_CREAT, 0o600)
+    except OSError:
+        return False
+    try:
+        if not replacing:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        return False  # held: a daemon is serving or starting
+    finally:
+        os.close(fd)  # released at once: the daemon takes it
     marker = path + ".spawn"
     try:
         if time.time() - os.stat(marker).st_mtime < SPAWN_BACKOFF_S:
@@ -393,7 +410,7 @@ def _via_daemon(agent: str, chosen: str | None, raw: bytes) -> int | str:
     try:
         code, out, err = ask_daemon(path, agent, state_dir, raw)
     except Unanswered as why:
-        started = why.start and spawn_daemon(path)
+        started = why.start and spawn_daemon(path, replacing=why.stale)
         return f"{why}; started one" if started else str(why)
     except Lost as why:
         _write("", f"loop-judge hook: ignored (the daemon lost the event: {why})\n")

@@ -27,6 +27,7 @@ import argparse
 import contextlib
 import fcntl
 import os
+import signal
 import socket
 import sys
 import threading
@@ -211,7 +212,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     # plugins (judge.cli.run_hook) unless the environment says otherwise.
     os.environ.setdefault("PYDANTIC_DISABLE_PLUGINS", "__all__")
     stamp = args.stamp.encode() if args.stamp is not None else None
-    return Daemon(args.socket, stamp=stamp).serve()
+    daemon = Daemon(args.socket, stamp=stamp)
+    # Stopped (by a test, a logout): finish the events it holds and remove its socket.
+    signal.signal(signal.SIGTERM, lambda *_: daemon.stop())
+    return daemon.serve()
 
 
 if __name__ == "__main__":
