@@ -3,12 +3,14 @@
 Each block is checked one of three ways, and a block none of them covers fails
 `test_every_block_is_checked`:
 
-- run: a Python block with no agent framework runs in a fresh interpreter, outside the
-  repository, with no ``LOOP_JUDGE_*`` variable from the caller (so it asks no model unless
-  it names one itself, and none does);
-- typed: a Python block that drives an agent framework needs that framework's model and
-  keys to run, so it is type-checked instead, with mypy --strict against the installed
-  framework (the ``integrations`` extra);
+- run: a Python block runs in a fresh interpreter, outside the repository, with no
+  ``LOOP_JUDGE_*`` variable from the caller, so it asks no judge model. A block that
+  drives an agent framework talks to a fake OpenAI API on 127.0.0.1 (``OPENAI_BASE_URL``)
+  whose model calls the same failing tool forever, and must end with the loop stopped;
+  every other address goes through a proxy that does not exist, so nothing leaves the
+  machine;
+- typed: a block that cannot run here (`CANNOT_RUN_HERE` says why) is type-checked with
+  mypy --strict against the installed framework (the ``integrations`` extra);
 - rule: a shell, JSON, YAML or sample-output block is checked against what it names: every
   command line matches one rule of `check_command` (an install names only extras that
   exist, a ``loop-judge`` command and its options exist, an exported variable is one
@@ -25,7 +27,10 @@ import re
 import shlex
 import subprocess
 import sys
+import threading
+from collections.abc import Iterator
 from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -35,8 +40,14 @@ from judge.config import ENV_PREFIX, TrackerConfig
 
 REPO = Path(__file__).resolve().parent.parent
 PAGES = [REPO / "README.md", *sorted((REPO / "docs").rglob("*.md"))]
-# Top-level modules of the framework integrations: a block importing one is type-checked.
+# Top-level modules of the framework integrations: a block importing one runs against the
+# fake model, and is skipped where the framework is not installed.
 FRAMEWORKS = frozenset({"agents", "smolagents", "claude_agent_sdk", "pydantic_ai", "langchain"})
+# Frameworks whose blocks cannot run in a test, and why: they are type-checked instead.
+CANNOT_RUN_HERE = {
+    "langchain": "the 'openai:' model string needs langchain-openai, which no extra installs",
+    "claude_agent_sdk": "the SDK runs the Claude Code CLI, a separate program",
+}
 # Packages an install line may name besides loop-judge's own extras, and why.
 THIRD_PARTY_INSTALLS = {
     "langchain-openai": "LangChain's OpenAI chat models, which the 'openai:' model string needs",
@@ -85,7 +96,7 @@ def imported_modules(source: str) -> set[str]:
 
 def how_checked(block: Block) -> str:
     if block.lang == "python":
-        return "typed" if imported_modules(block.text) & FRAMEWORKS else "run"
+        return "typed" if imported_modules(block.text) & set(CANNOT_RUN_HERE) else "run"
     if block.lang in ("bash", "json", "yaml", "text"):
         return "rule"
     return "unchecked"
@@ -110,32 +121,131 @@ def hermetic_env() -> dict[str, str]:
     return env
 
 
-@pytest.mark.parametrize("block", blocks_checked("run"), ids=lambda block: block.id)
-def test_python_block_runs(block: Block, tmp_path: Path) -> None:
+class FakeOpenAI(BaseHTTPRequestHandler):
+    """OpenAI's Responses and Chat Completions APIs, with a model that calls
+    ``run_tests`` on the same file at every turn and never answers."""
+
+    protocol_version = "HTTP/1.1"
+    requests = 0
+
+    def do_POST(self) -> None:
+        body = json.loads(self.rfile.read(int(self.headers.get("content-length", 0))))
+        type(self).requests += 1
+        n = type(self).requests
+        arguments = json.dumps({"path": "test_app.py"})
+        if self.path.endswith("/chat/completions"):
+            call = {"id": f"call_{n}", "type": "function"}
+            call["function"] = {"name": "run_tests", "arguments": arguments}
+            message = {"role": "assistant", "content": None, "tool_calls": [call]}
+            reply = {
+                "id": f"chatcmpl-{n}",
+                "object": "chat.completion",
+                "created": 0,
+                "model": body["model"],
+                "choices": [{"index": 0, "finish_reason": "tool_calls", "message": message}],
+                "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15},
+            }
+        else:  # /responses
+            item = {"type": "function_call", "id": f"fc_{n}", "call_id": f"call_{n}"}
+            item |= {"name": "run_tests", "arguments": arguments, "status": "completed"}
+            reply = {
+                "id": f"resp_{n}",
+                "object": "response",
+                "created_at": 0,
+                "model": body["model"],
+                "status": "completed",
+                "output": [item],
+                "parallel_tool_calls": False,
+                "tool_choice": "auto",
+                "tools": [],
+                "prompt_cache_diagnostics": None,
+                "usage": {
+                    "input_tokens": 10,
+                    "output_tokens": 5,
+                    "total_tokens": 15,
+                    "input_tokens_details": {"cached_tokens": 0},
+                    "output_tokens_details": {"reasoning_tokens": 0},
+                },
+            }
+        data = json.dumps(reply).encode()
+        self.send_response(200)
+        self.send_header("content-type", "application/json")
+        self.send_header("content-length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+
+@pytest.fixture(scope="module")
+def fake_openai() -> Iterator[str]:
+    server = ThreadingHTTPServer(("127.0.0.1", 0), FakeOpenAI)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/v1"
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join()
+
+
+def run_block(block: Block, tmp_path: Path, api_base: str) -> subprocess.CompletedProcess[str]:
     script = tmp_path / "snippet.py"
     script.write_text(block.text, "utf-8")
-    done = subprocess.run(
+    env = hermetic_env() | {
+        "OPENAI_BASE_URL": api_base,
+        "OPENAI_API_KEY": "sk-fake",
+        # Nothing but 127.0.0.1 is reachable: a request elsewhere fails at a dead proxy.
+        "HTTP_PROXY": "http://127.0.0.1:9",
+        "HTTPS_PROXY": "http://127.0.0.1:9",
+        "NO_PROXY": "127.0.0.1",
+        "OPENAI_AGENTS_DISABLE_TRACING": "1",  # the Agents SDK would upload traces
+        "LITELLM_LOCAL_MODEL_COST_MAP": "True",  # litellm would download its price list
+    }
+    for key in ("http_proxy", "https_proxy", "no_proxy", "all_proxy", "ALL_PROXY"):
+        env.pop(key, None)
+    return subprocess.run(
         [sys.executable, str(script)],
         cwd=tmp_path,
-        env=hermetic_env(),
+        env=env,
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=300,
     )
-    assert done.returncode == 0, done.stderr
 
 
-def test_the_readme_example_prints_the_ladder(tmp_path: Path) -> None:
-    """The 30-second example says what it prints: the ladder, one rung a line."""
-    (example,) = [
-        b for b in blocks_checked("run") if b.page.name == "README.md" and "main" in b.text
+def run_params() -> list[object]:
+    """The runnable blocks; those that import a framework are slow (a fresh interpreter
+    imports the framework and litellm: tens of seconds on a loaded 2-core machine)."""
+    return [
+        pytest.param(block, id=block.id, marks=[pytest.mark.slow])
+        if imported_modules(block.text) & FRAMEWORKS
+        else pytest.param(block, id=block.id)
+        for block in blocks_checked("run")
     ]
-    script = tmp_path / "example.py"
-    script.write_text(example.text, "utf-8")
-    done = subprocess.run(
-        [sys.executable, str(script)], cwd=tmp_path, env=hermetic_env(), capture_output=True,
-        text=True, timeout=120,
-    )  # fmt: skip
+
+
+@pytest.mark.parametrize("block", run_params())
+def test_python_block_runs(block: Block, tmp_path: Path, fake_openai: str) -> None:
+    frameworks = imported_modules(block.text) & FRAMEWORKS
+    for module in sorted(frameworks):
+        pytest.importorskip(module, reason="the integrations extra is not installed")
+    asked = FakeOpenAI.requests
+    done = run_block(block, tmp_path, fake_openai)
+    assert done.returncode == 0, done.stderr
+    if frameworks:
+        # The agent's model was asked, kept looping, and loop-judge stopped the run.
+        assert FakeOpenAI.requests > asked
+        assert done.stdout.strip().endswith("stopping"), done.stdout[-2000:]
+
+
+def test_the_readme_example_prints_the_ladder(tmp_path: Path, fake_openai: str) -> None:
+    """The 30-second example says what it prints: the ladder, one rung a line."""
+    readme = [b for b in blocks_checked("run") if b.page.name == "README.md"]
+    (example,) = [b for b in readme if "asyncio.run(main())" in b.text]
+    done = run_block(example, tmp_path, fake_openai)
     assert [line.split()[0] for line in done.stdout.splitlines()] == [
         "warn",
         "warn",
@@ -159,8 +269,8 @@ ignore_missing_imports = True
 """
 
 
-@pytest.mark.slow  # mypy reads each framework's whole package (minutes without a cache)
-def test_framework_blocks_type_check(tmp_path: Path) -> None:
+@pytest.mark.slow  # mypy reads each framework's whole package (a minute without a cache)
+def test_blocks_that_cannot_run_type_check(tmp_path: Path) -> None:
     typed = blocks_checked("typed")
     assert typed
     for module in sorted(set().union(*(imported_modules(b.text) for b in typed)) & FRAMEWORKS):
