@@ -69,6 +69,9 @@ PUBLIC_PATTERNS_KEPT = 256
 # triggers are looked for in each text whatever its length. A session has a handful of
 # loops, each with five texts: 64 covers them.
 REDACTED_KEPT = 64
+# The policy's pattern sets most turns: none, or only the judge's.
+_NONE: frozenset[str] = frozenset()
+_LLM_ONLY = frozenset({LLM_PATTERN})
 # Characters of a verdict's summary in its log line.
 LOG_SUMMARY_CHARS = 200
 _tracker_numbers = itertools.count(1)
@@ -362,19 +365,25 @@ class Responder:
         """The policy state `judge.decision.decide` reads about ``findings``: the person's
         silences and the judge's agreement (the ladder), the patterns the known-loop memory
         has seen; ``answered`` and ``prompt`` come from the conversation."""
-        ladder = self.ladder
-        patterns = {f.pattern for f in findings}
-        known: frozenset[str] = frozenset()
-        if self.memory is not None:
-            known = frozenset(p for p in patterns if self.memory.knows(p))
-        patterns.add(LLM_PATTERN)
+        ladder, state = self.ladder, self.ladder.state
+        known: frozenset[str] = _NONE
+        if findings:
+            patterns = {f.pattern for f in findings}
+            if self.memory is not None:
+                known = frozenset(filter(self.memory.knows, patterns))
+            patterns.add(LLM_PATTERN)
+            silenced = frozenset(filter(ladder.silenced, patterns))
+        else:
+            # Most turns: nothing found, so only the judge's own pattern can matter.
+            silenced = _LLM_ONLY if state.patterns and ladder.silenced(LLM_PATTERN) else _NONE
+        agreed = tuple(state.judge_agreed)
         return Policy(
             rules=self.rules,
-            turn=ladder.state.turn,
-            silenced=frozenset(p for p in patterns if ladder.silenced(p)),
+            turn=state.turn,
+            silenced=silenced,
             answered=answered,
             known=known,
-            judge_agreed=tuple(ladder.state.judge_agreed),
+            judge_agreed=agreed,
             prompt=prompt,
         )
 
