@@ -5,9 +5,9 @@ It depends on the runtime (`judge`), never the reverse: an agent that imports `j
 none of this. Data flows trajectories (`dataset`, `importers`) -> `replay` (one tracker per
 trajectory, turn by turn) -> `metrics` (first flag against the labels) -> `tables` (the
 numbers as `TableData`) -> `report_files` (report.json, report.md) and `chart`
-(report.png); `report` re-exports those three for older imports. `oracle` is a simulated
-judge that answers from the labels, `cassette` records and replays real judge replies,
-`sweep` scores a grid of tracker settings and `loso` holds each source out in turn.
+(report.png). `oracle` is a simulated judge that answers from the labels, `cassette`
+records and replays real judge replies, `sweep` scores a grid of tracker settings and
+`loso` holds each source out in turn.
 `closed_loop` drives scripted agents through the tracker instead (``loop-judge eval
 --closed-loop``): they read the recovery message and escape, ignore it, relapse or ask the
 user, so what happens after a flag is measured too. `cli` is the ``loop-judge`` console

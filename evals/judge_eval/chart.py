@@ -2,11 +2,10 @@
 
 The only module of the eval suite that touches matplotlib, and only inside `write_chart`:
 matplotlib is optional (the ``eval`` extra), so importing this module never needs it, and
-without it the chart is skipped with a one-line note, never an error. Split out of
-`report` (issue 10).
+without it the chart is skipped with a one-line note, never an error.
 
-A panel is drawn only when it has something to show (issue 14: the default,
-heuristics-only run used to draw an empty "judge calls" panel): `chart_panels` decides
+A panel is drawn only when it has something to show (an empty "judge calls" panel on the
+default, heuristics-only run tells nothing): `chart_panels` decides
 which, from the data alone, so the choice is tested without drawing.
 """
 

@@ -1,7 +1,7 @@
 """Leave-one-source-out (LOSO): how tuned thresholds score on a source they never saw.
 
 A threshold chosen because it scores best on the data it is then measured on flatters
-itself: the figure rewards fitting those very trajectories. Issue 15 asks for every figure
+itself: the figure rewards fitting those very trajectories, so every tuned figure is shown
 next to its LOSO twin. For each source S, the grid setting with the best F1 on every
 other source is chosen and S is scored with it; the held-out counts of all folds are then
 pooled into one figure. A rule that helps only in-sample shows up as a LOSO figure under

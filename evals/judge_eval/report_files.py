@@ -3,8 +3,7 @@
 ``report.json`` holds everything measured (metrics, breakdowns, one row per trajectory and
 judge call) for scripts; ``report.md`` holds the tables and every miss and false positive
 for people. Tables come from `tables`, the chart (linked from the markdown) from `chart`.
-Split out of `report` (issue 10); `markdown_table` is also what the sweep and the closed
-loop write their markdown with.
+`markdown_table` is also what the sweep and the closed loop write their markdown with.
 """
 
 from __future__ import annotations

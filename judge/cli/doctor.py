@@ -1,6 +1,6 @@
 """``loop-judge doctor``: what this installation and environment will do, in one screen.
 
-The first command to run when something is off (issue 14): versions, which extras are
+The first command to run when something is off: versions, which extras are
 installed, whether the semantic model loads, the settings that came from ``LOOP_JUDGE_*``
 (and any variable nothing reads), the judge models and whether their keys are set. With
 ``--call`` it also sends one small request to each judge model, the only network traffic
@@ -29,7 +29,7 @@ __all__ = ["EXTRAS", "add_parser", "run"]
 
 # Each extra of pyproject.toml and the modules that tell it is installed (looked up, not
 # imported: some take seconds). tests/test_doctor.py checks this against pyproject.toml.
-# `semantic` is empty: its packages are default dependencies now (issue 15), the extra is
+# `semantic` is empty: its packages are default dependencies now, the extra is
 # kept so old install commands work, and the "semantic model" line reports them instead.
 EXTRAS: dict[str, tuple[str, ...]] = {
     "semantic": (),
@@ -41,6 +41,7 @@ EXTRAS: dict[str, tuple[str, ...]] = {
     "pydantic-ai": ("pydantic_ai",),
     "langchain": ("langchain", "langgraph"),
     "smolagents": ("smolagents",),
+    "docs": ("mkdocs", "material", "mkdocstrings"),
     "test": ("pytest", "respx", "hypothesis"),
 }
 # Distributions whose versions explain most surprises.

@@ -38,8 +38,8 @@ def tracker_config(overrides: dict[str, Any]) -> TrackerConfig:
     """The tracker settings: ``LOOP_JUDGE_*`` under the command's own overrides.
 
     A bad variable is already a one-line `ConfigError` naming it; a bad override is turned
-    into one line per problem that keeps the field's name (issue 14: ``check`` used to
-    print the rule alone).
+    into one line per problem that keeps the field's name (the rule alone does not say
+    which flag is wrong).
     """
     try:
         return TrackerConfig(**overrides)

@@ -1,6 +1,6 @@
 """``loop-judge check``: replay one trajectory and answer in the exit code.
 
-For scripts and orchestrators (issue 6): 0 no loop, 10 the agent would have been warned,
+For scripts and orchestrators: 0 no loop, 10 the agent would have been warned,
 20 it would have been stopped or handed to the user; the replay ends at the first verdict
 that would have halted the agent.
 """
@@ -23,7 +23,7 @@ from judge_eval.importers import load_trajectory
 
 __all__ = ["EXIT_NO_LOOP", "EXIT_STOP", "EXIT_WARN", "add_parser", "run"]
 
-# Exit codes of `check`, for scripts and orchestrators (issue 6): 0 no loop, 10 the agent
+# Exit codes of `check`, for scripts and orchestrators: 0 no loop, 10 the agent
 # would have been warned, 20 it would have been stopped or handed to the user. Far from
 # 1 and 2 (failure, usage) so the three outcomes never read as an error.
 EXIT_NO_LOOP = 0

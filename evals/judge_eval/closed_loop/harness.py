@@ -34,7 +34,7 @@ from judge_eval.closed_loop.model import (
 from judge_eval.closed_loop.productive import productive_scenarios
 from judge_eval.closed_loop.scenarios import Scenario, loop_scenarios, seeds_from_trajectories
 from judge_eval.dataset import Trajectory
-from judge_eval.report import public_config
+from judge_eval.tables import public_config
 
 
 class _MemoEmbedder:

@@ -11,7 +11,7 @@ from __future__ import annotations
 from enum import Enum
 from typing import Any
 
-# The definition of an escape: a plain-text plan, then five new calls with new
+# What counts as an escape: a plain-text plan, then five new calls with new
 # results. The relapsing agent falls back into its loop right after those five.
 RELAPSE_AFTER_CALLS = 5
 # Turns of new work after the (final) escape: four times the ladder's recovery window

@@ -16,7 +16,8 @@ from typing import Any
 
 from judge_eval.closed_loop.metrics import ClosedLoopReport, FlagRecord, RunResult
 from judge_eval.closed_loop.model import LOOP_POLICIES, Policy
-from judge_eval.report import TableData, markdown_table
+from judge_eval.report_files import markdown_table
+from judge_eval.tables import TableData
 
 JSON_FILE = "closed_loop.json"
 MARKDOWN_FILE = "closed_loop.md"
