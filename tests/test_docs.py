@@ -391,6 +391,11 @@ def check_command(command: str) -> None:
     if words[:3] == ["python", "-m", "llama_cpp.server"]:
         # tests/test_llm_local_model.py holds this setup to a CPU model's context and speed.
         return
+    if program == "mkdocs":
+        # The docs extra installs it; CI builds the site with it.
+        docs = pyproject()["optional-dependencies"]["docs"]  # type: ignore[index]
+        assert any(requirement.startswith("mkdocs>") for requirement in docs)
+        return
     if program == "litellm":
         # tests/test_proxy_e2e.py starts the proxy on this config where litellm[proxy] is.
         assert (REPO / words[words.index("--config") + 1]).is_file()
@@ -415,6 +420,19 @@ def test_shell_block_commands(block: Block) -> None:
     assert found
     for command in found:
         check_command(command)
+
+
+def test_install_commands_in_prose() -> None:
+    """Install commands quoted inline follow the same rules as those in blocks."""
+    quoted = []
+    for page in PAGES:
+        prose = re.sub(r"^(`{3,}).*?^\1$", "", page.read_text("utf-8"), flags=re.M | re.S)
+        quoted += [" ".join(span.split()) for span in re.findall(r"`([^`]+)`", prose)]
+    installs = [span for span in quoted if "pip install" in span]
+    assert installs
+    for span in installs:
+        for command in span.split("&&"):
+            check_command(command.strip())
 
 
 def test_claude_code_settings_name_the_hook_events() -> None:
