@@ -1,4 +1,4 @@
-"""Read the judge model's reply into a validated `Assessment`, or refuse it.
+"""Read the judge model's reply into a validated `JudgeAssessment`, or refuse it.
 
 Models wrap JSON in prose or markdown fences, emit NaN, quote numbers, or stop mid-object.
 Anything that is not exactly the schema is a `JudgeOutputError`: a made-up confidence is
@@ -37,7 +37,7 @@ _THINK_CLOSE = re.compile(r"</(think|thinking|reasoning)\s*>", re.IGNORECASE)
 REPLY_CAP_VARIABLE = "LOOP_JUDGE_MAX_REPLY_TOKENS"
 
 
-class Assessment(BaseModel):
+class JudgeAssessment(BaseModel):
     """A judge's answer: why, and how sure it is that the agent is looping."""
 
     model_config = ConfigDict(frozen=True)
@@ -161,8 +161,8 @@ def final_answer(
 
 def parse_assessment(
     text: str | None, *, finish_reason: str | None = None, max_tokens: int | None = None
-) -> Assessment:
-    """Validate a reply against the schema file and return the `Assessment`.
+) -> JudgeAssessment:
+    """Validate a reply against the schema file and return the `JudgeAssessment`.
 
     ``max_tokens`` is the reply cap the request was sent with, named when the reply was
     cut off at it.
@@ -189,4 +189,4 @@ def parse_assessment(
         raise JudgeOutputError(
             f"the reply breaks the assessment schema at {where}: {first.message}"
         )
-    return Assessment(analysis=data[ANALYSIS_KEY], confidence=float(data[CONFIDENCE_KEY]))
+    return JudgeAssessment(analysis=data[ANALYSIS_KEY], confidence=float(data[CONFIDENCE_KEY]))
