@@ -2,6 +2,8 @@ from __future__ import annotations
 
 import logging
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -9,7 +11,7 @@ from pydantic import ValidationError
 
 import judge.config as config_module
 from judge import ConfigError, TrackerConfig
-from judge.response.ladder import ResponseMode
+from judge.config import ResponseMode
 from judge.verdict import Action
 
 
@@ -153,7 +155,8 @@ def test_unknown_variable_is_reported_once_with_the_closest_name(
 
 def test_every_loop_judge_variable_in_the_package_is_known() -> None:
     """A variable read anywhere in judge/ (the sidecar's settings, the hooks) must not be
-    reported as unknown; a new one has to be added to OTHER_VARIABLES."""
+    reported as unknown; a new one is a field of a settings class in judge.config, or
+    one of its HOOK_VARIABLES."""
     package = Path(config_module.__file__).parent
     named = {
         match
@@ -194,3 +197,23 @@ def test_block_preset_replaces_every_value_of_the_base_preset() -> None:
         preset="conservative", recur_min=7, model_overrides={"x*": {"preset": "balanced"}}
     )
     assert explicit.for_model("x1").recur_min == 7
+
+
+def test_configuration_is_a_leaf_of_the_import_graph() -> None:
+    """Any part may import the settings: they import no other part of loop-judge."""
+    code = "import sys, judge.config; print(sorted(m for m in sys.modules if m[:5] == 'judge'))"
+    out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True)
+    assert out.stdout.strip() == str(["judge", "judge.config", "judge.errors", "judge.verdict"])
+
+
+def test_the_sidecar_reads_its_variables_like_the_tracker(monkeypatch: pytest.MonkeyPatch) -> None:
+    """One reader: a bad sidecar variable is the same one-line ConfigError."""
+    from judge.config import ServerVariables
+
+    monkeypatch.setenv("LOOP_JUDGE_PORT", "eighty")
+    with pytest.raises(ConfigError) as info:
+        ServerVariables()
+    assert str(info.value).startswith("LOOP_JUDGE_PORT='eighty': port: Input should be")
+    monkeypatch.setenv("loop_judge_port", "8080")
+    monkeypatch.delenv("LOOP_JUDGE_PORT")
+    assert ServerVariables(host="::1").port == 8080

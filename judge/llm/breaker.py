@@ -16,13 +16,7 @@ from enum import Enum
 
 from pydantic import BaseModel, ConfigDict
 
-# Three failed checks in a row: one failure is a blip that the next scheduled check
-# (min_interval turns later) rides out, two may still be a short 5xx burst; a third means
-# the endpoint is down or misconfigured, as in tenacity's and most client breakers' defaults.
-DEFAULT_BREAKER_FAILURES = 3
-# Five minutes: longer than a typical provider 5xx/429 episode (seconds to a few minutes),
-# short enough that a recovered judge is back within one or two agent tasks.
-DEFAULT_BREAKER_COOLDOWN_S = 300.0
+from judge.config import DEFAULT_BREAKER_COOLDOWN_S, DEFAULT_BREAKER_FAILURES
 
 Clock = Callable[[], float]
 
