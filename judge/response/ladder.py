@@ -36,21 +36,20 @@ from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, ConfigDict, Field
 
+# The response settings' enum and defaults are declared with the other settings.
+from judge.config import (
+    DEFAULT_LADDER,
+    DEFAULT_OVERALL_EVERY,
+    DEFAULT_RECOVERY_TURNS,
+    DEFAULT_SILENCE_TURNS,
+    ResponseMode,
+)
 from judge.decision import LLM_PATTERN as LLM_PATTERN  # where the tests and callers look
 from judge.decision import agreement, may_stop
 from judge.verdict import Action, LoopKind
 
 if TYPE_CHECKING:
     from judge.llm.redaction import Redactor
-
-
-class ResponseMode(str, Enum):
-    """How hard the tracker pushes back when it finds a loop."""
-
-    GRADUATED = "graduated"  # follow the ladder: warn, warn harder, ask the user, stop
-    WARN = "warn"  # never stop (the message still grows stronger)
-    BLOCK = "block"  # stop at the first detection
-    CHANCE_THEN_BLOCK = "chance_then_block"  # warn once per loop, then stop
 
 
 class RecoveryLevel(str, Enum):
@@ -62,18 +61,6 @@ class RecoveryLevel(str, Enum):
     STOP = "stop"  # beyond: the run ends; hand over what was learned
 
 
-# Design notes: "1st detection warn, 2nd stronger constraints, 3rd ask the user, beyond
-# stop". One chance to read the message, one more after a relapse, then a person decides.
-DEFAULT_LADDER: tuple[Action, ...] = (Action.WARN, Action.WARN, Action.ASK_USER, Action.STOP)
-# Different loops climb the ladder at half the speed of a relapse into the same one: an
-# agent that hits three unrelated dead ends is less clearly stuck than one that repeats one.
-DEFAULT_OVERALL_EVERY = 2
-# Turns without a detection of a pattern after its warning that count as an escape: about
-# one read-edit-test round of a coding agent (our recorded loops relapse within 1-3 turns).
-DEFAULT_RECOVERY_TURNS = 5
-# A person's first "keep going" silences a pattern this many turns; each further one
-# doubles it, and the third disables the pattern for the session (issue 6: friction grows).
-DEFAULT_SILENCE_TURNS = 10
 OVERRIDES_TO_DISABLE = 3
 # The ladder's models build their pydantic schema on first validation, not at import: a
 # tracker starts from defaults (`model_construct`, no validation) and validates a
