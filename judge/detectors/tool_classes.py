@@ -14,81 +14,16 @@ from enum import Enum
 from fnmatch import fnmatchcase
 from functools import lru_cache
 
+# The default patterns (read-only tools, tools with side effects) are settings' defaults,
+# declared with the other settings.
+from judge.config import DEFAULT_EXPLORE_PATTERNS, DEFAULT_MODIFY_PATTERNS
+
 
 class ToolClass(str, Enum):
     EXPLORE = "explore"
     MODIFY = "modify"
     OTHER = "other"
 
-
-# Read-only tools: repeating them is cheap and often legitimate (re-listing after a change).
-DEFAULT_EXPLORE_PATTERNS: tuple[str, ...] = (
-    "ls",
-    "list*",
-    "glob",
-    "grep",
-    "rg",
-    "read*",
-    "view*",
-    "search*",
-    "find*",
-    "cat",
-    "head",
-    "tail",
-    "stat",
-    "tree",
-    "lookup",
-    "look",
-    "query",
-    "get*",
-    "fetch*",
-    "browse*",
-    "scroll*",
-    "open",
-    "show*",
-    "describe*",
-    "inspect*",
-    "check*",
-    "status",
-    "navigate*",
-)
-# Tools with side effects: the same write or command twice in a row is already suspicious.
-DEFAULT_MODIFY_PATTERNS: tuple[str, ...] = (
-    "write*",
-    "edit*",
-    "create*",
-    "delete*",
-    "remove*",
-    "rm",
-    "mv",
-    "apply*",
-    "patch*",
-    "bash",
-    "sh",
-    "shell",
-    "exec*",
-    "run*",
-    "execute*",
-    "cmd",
-    "terminal",
-    "python",
-    "ipython",
-    "str_replace*",
-    "replace*",
-    "insert*",
-    "update*",
-    "move*",
-    "rename*",
-    "send*",
-    "post*",
-    "put",
-    "book*",
-    "cancel*",
-    "submit*",
-    "commit*",
-    "push*",
-    "install*",
-)
 
 # The limit of a tool that may repeat successfully any number of times (``tool_limits``
 # value 0). A number, not None, so that callers keep comparing ``count <= limit``.
