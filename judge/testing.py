@@ -18,9 +18,10 @@ to the script (``request.model``) and never resolved, so any string works.
 
 from __future__ import annotations
 
+import inspect
 import json
 import math
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -36,6 +37,7 @@ __all__ = [
     "JudgeRequest",
     "ScriptedCall",
     "ScriptedJudge",
+    "Usage",
     "transcript_records",
 ]
 
@@ -125,7 +127,13 @@ class ScriptedCall:
         return self.request.model
 
 
-Script = Callable[[JudgeRequest], Answer]
+Script = Callable[[JudgeRequest], Answer | Awaitable[Answer]]
+"""A script decides each call from its request; it may be async (to hang or to wait)."""
+Entry = Answer | Callable[[], Answer | Awaitable[Answer]]
+"""One entry of a `ScriptedJudge.per_model` script: an answer, or a callable (sync or async)
+called when its turn comes."""
+Usage = tuple[int | None, int | None, float | None]
+"""What a reply reports spending: prompt tokens, completion tokens, cost in USD."""
 
 
 @dataclass
@@ -144,8 +152,40 @@ class ScriptedJudge:
     script: Script | list[Answer]
     default: Answer | None = None
     analysis: str = "scripted judge"
+    usage: Usage | None = None
+    """What every reply reports spending; None: tokens estimated from the text
+    (`CHARS_PER_TOKEN`), no cost. ``(None, None, None)`` reports no usage at all, as some
+    providers do."""
     calls: list[ScriptedCall] = field(default_factory=list)
     _position: int = field(default=0, init=False, repr=False)
+
+    @classmethod
+    def per_model(
+        cls, scripts: Mapping[str, Sequence[Entry]], *, usage: Usage | None = None
+    ) -> ScriptedJudge:
+        """A judge with one script per model name (the fast and the confirm model apart).
+
+        Each model's entries answer its calls in order and the last one repeats. An entry
+        is an `Answer` or a callable (sync or async) called at its turn, e.g. an async one
+        that never returns, to test timeouts. A call to a model without a script raises
+        ``LookupError``, which the tracker does not catch, so the test fails where it
+        happened.
+        """
+        queues = {model: list(entries) for model, entries in scripts.items()}
+
+        def script(request: JudgeRequest) -> Answer | Awaitable[Answer]:
+            queue = queues.get(request.model)
+            if not queue:
+                raise LookupError(f"scripted judge: no script for model {request.model!r}")
+            entry = queue.pop(0) if len(queue) > 1 else queue[0]
+            return entry() if callable(entry) else entry
+
+        return cls(script, usage=usage)
+
+    @property
+    def requests(self) -> list[tuple[str, list[dict[str, str]]]]:
+        """``(model, messages)`` of every call, in order (failed and unfinished ones too)."""
+        return [(c.model, c.request.messages) for c in self.calls]
 
     def calls_to(self, model: str) -> list[ScriptedCall]:
         """The calls made to one model (e.g. the confirm stage only)."""
@@ -156,7 +196,7 @@ class ScriptedJudge:
         """The confidence answered on each call, None where the call failed."""
         return [c.confidence for c in self.calls]
 
-    def _next(self, request: JudgeRequest) -> Answer:
+    def _next(self, request: JudgeRequest) -> Answer | Awaitable[Answer]:
         if callable(self.script):
             return self.script(request)
         if self._position < len(self.script):
@@ -175,12 +215,17 @@ class ScriptedJudge:
         self, model: str, messages: list[dict[str, str]], *, schema: dict[str, Any]
     ) -> ModelReply:
         request = JudgeRequest(number=len(self.calls) + 1, model=model, messages=messages)
+        # Recorded before the answer, so a call that hangs and is cancelled still counts.
+        index = len(self.calls)
+        self.calls.append(ScriptedCall(request))
         try:
             answer = self._next(request)
+            if inspect.isawaitable(answer):
+                answer = await answer
             if isinstance(answer, JudgeError):
                 raise answer
         except JudgeError as exc:
-            self.calls.append(ScriptedCall(request, error=f"{type(exc).__name__}: {exc}"))
+            self.calls[index] = ScriptedCall(request, error=f"{type(exc).__name__}: {exc}")
             raise
         confidence: float | None = None
         if isinstance(answer, str):
@@ -193,13 +238,18 @@ class ScriptedJudge:
                 request.newest_index
             )
             content = json.dumps({ANALYSIS_KEY: analysis, CONFIDENCE_KEY: confidence})
-        self.calls.append(ScriptedCall(request, confidence=confidence, reply=content))
+        self.calls[index] = ScriptedCall(request, confidence=confidence, reply=content)
+        prompt_tokens, completion_tokens, cost_usd = self.usage or (
+            request.prompt_chars // CHARS_PER_TOKEN,
+            max(1, len(content) // CHARS_PER_TOKEN),
+            0.0,
+        )
         return ModelReply(
             content=content,
             finish_reason="stop",
-            prompt_tokens=request.prompt_chars // CHARS_PER_TOKEN,
-            completion_tokens=max(1, len(content) // CHARS_PER_TOKEN),
-            cost_usd=0.0,
+            prompt_tokens=prompt_tokens,
+            completion_tokens=completion_tokens,
+            cost_usd=cost_usd,
             attempts=1,
         )
 

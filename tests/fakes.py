@@ -1,17 +1,14 @@
-"""In-process test doubles for the judge's model client."""
+"""The tests' helpers around the public test doubles of `judge.testing`."""
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import anyio
 
-from judge.errors import JudgeError
-from judge.llm.client import ModelReply
-from judge.testing import AgentHistory
+from judge.testing import AgentHistory, Entry, ScriptedJudge, Usage
 
 
 def answer(confidence: float, analysis: str = "scripted") -> str:
@@ -20,45 +17,14 @@ def answer(confidence: float, analysis: str = "scripted") -> str:
     )
 
 
-Script = str | JudgeError | Callable[[], Any]
+# What every reply of `fake_judge` reports: round numbers, so budget tests count by hand.
+FAKE_USAGE: Usage = (100, 20, 0.0001)
 
 
-@dataclass
-class FakeClient:
-    """Plays back scripted replies per model and records every request.
-
-    A script entry is reply text, a `JudgeError` to raise, or a callable (sync or async)
-    returning either. When a model's script runs out its last entry repeats.
-    """
-
-    scripts: dict[str, list[Script]] = field(default_factory=dict)
-    requests: list[tuple[str, list[dict[str, str]]]] = field(default_factory=list)
-
-    def calls_to(self, model: str) -> int:
-        return sum(1 for m, _ in self.requests if m == model)
-
-    async def complete(
-        self, model: str, messages: list[dict[str, str]], *, schema: dict[str, Any]
-    ) -> ModelReply:
-        self.requests.append((model, messages))
-        script = self.scripts.get(model)
-        if not script:
-            raise AssertionError(f"unexpected call to {model}")
-        entry = script.pop(0) if len(script) > 1 else script[0]
-        if callable(entry):
-            entry = entry()
-            if hasattr(entry, "__await__"):
-                entry = await entry
-        if isinstance(entry, JudgeError):
-            raise entry
-        return ModelReply(
-            content=entry,
-            finish_reason="stop",
-            prompt_tokens=100,
-            completion_tokens=20,
-            cost_usd=0.0001,
-            attempts=1,
-        )
+def fake_judge(scripts: Mapping[str, Sequence[Entry]]) -> ScriptedJudge:
+    """The public `ScriptedJudge`, one script per model (its last entry repeats), with a
+    fixed usage per reply (`FAKE_USAGE`)."""
+    return ScriptedJudge.per_model(scripts, usage=FAKE_USAGE)
 
 
 async def hang() -> str:

@@ -9,7 +9,7 @@ import pytest
 from judge import LoopTracker, TrackerConfig
 from judge.errors import JudgeTimeout
 from judge.llm.breaker import BreakerState, CircuitBreaker, skip_message
-from tests.fakes import FakeClient, answer, looping_history
+from tests.fakes import answer, fake_judge, looping_history
 
 
 class Clock:
@@ -71,7 +71,7 @@ def test_skip_message_names_the_wall_clock_time() -> None:
 @pytest.mark.anyio
 async def test_tracker_skips_checks_while_open() -> None:
     clock = Clock()
-    client = FakeClient({"fake/fast": [JudgeTimeout("slow")] * 2 + [answer(0.2)]})
+    client = fake_judge({"fake/fast": [JudgeTimeout("slow")] * 2 + [answer(0.2)]})
     config = TrackerConfig(
         fast_model="fake/fast",
         check_after_turns=1,

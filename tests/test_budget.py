@@ -11,13 +11,13 @@ from judge import LoopTracker, TrackerConfig
 from judge.errors import JudgeTimeout
 from judge.history import normalize_history
 from judge.llm.budget import CHARS_PER_TOKEN, JudgeBudget
-from judge.llm.client import ModelReply
 from judge.llm.transcript import build_prompt, fit_prompt
-from tests.fakes import FakeClient, answer, looping_history
+from judge.testing import ScriptedJudge
+from tests.fakes import answer, fake_judge, looping_history
 
 pytestmark = pytest.mark.anyio
 FAST, CONFIRM = "fake/fast", "fake/confirm"
-# FakeClient reports 100 prompt + 20 completion tokens per call.
+# fake_judge reports 100 prompt + 20 completion tokens per call (FAKE_USAGE).
 FAKE_CALL_TOKENS = 120
 
 
@@ -39,10 +39,10 @@ async def turns(tracker: LoopTracker, n: int) -> list[Any]:
 
 
 async def test_call_budget_then_heuristics_only() -> None:
-    client = FakeClient({FAST: [answer(0.2)]})
+    client = fake_judge({FAST: [answer(0.2)]})
     tracker = LoopTracker(every_turn(max_judge_calls=3), client=client)
     verdicts = await turns(tracker, 6)
-    assert client.calls_to(FAST) == 3
+    assert len(client.calls_to(FAST)) == 3
     assert [len(v.judge_calls) for v in verdicts] == [1, 1, 1, 0, 0, 0]
     assert all(v.errors == ["judge budget spent: 3 of 3 calls used"] for v in verdicts[3:])
     assert tracker.judge_calls_used == 3
@@ -50,11 +50,11 @@ async def test_call_budget_then_heuristics_only() -> None:
 
 
 async def test_last_call_goes_to_the_fast_model_and_is_trusted() -> None:
-    client = FakeClient({FAST: [answer(0.95, "stuck")], CONFIRM: [answer(0.1)]})
+    client = fake_judge({FAST: [answer(0.95, "stuck")], CONFIRM: [answer(0.1)]})
     tracker = LoopTracker(every_turn(confirm_model=CONFIRM, max_judge_calls=1), client=client)
     verdict = (await turns(tracker, 1))[0]
     assert verdict and verdict.confidence == 0.95
-    assert client.calls_to(CONFIRM) == 0
+    assert len(client.calls_to(CONFIRM)) == 0
     assert verdict.errors == [
         "judge budget spent: 1 of 1 calls used by the fast judge; confirm judge "
         f"{CONFIRM} not asked, trusting the fast model"
@@ -63,28 +63,25 @@ async def test_last_call_goes_to_the_fast_model_and_is_trusted() -> None:
 
 
 async def test_token_budget() -> None:
-    client = FakeClient({FAST: [answer(0.2)]})
+    client = fake_judge({FAST: [answer(0.2)]})
     tracker = LoopTracker(every_turn(max_judge_tokens=250), client=client)
     verdicts = await turns(tracker, 5)
-    assert client.calls_to(FAST) == 3  # 120, 240, then 360 crosses 250: no fourth check
+    assert len(client.calls_to(FAST)) == 3  # 120, 240, then 360 crosses 250: no fourth check
     assert verdicts[3].errors == ["judge budget spent: 360 of 250 tokens used"]
     assert tracker.judge_tokens_used == 360
 
 
 async def test_zero_budget_never_calls() -> None:
-    client = FakeClient({FAST: [answer(0.2)]})
+    client = fake_judge({FAST: [answer(0.2)]})
     tracker = LoopTracker(every_turn(max_judge_calls=0), client=client)
     verdicts = await turns(tracker, 2)
     assert client.requests == [] and all(v.errors for v in verdicts)
 
 
 async def test_calls_without_usage_are_charged_an_estimate() -> None:
-    class NoUsage(FakeClient):
-        async def complete(self, model: str, messages: Any, *, schema: Any) -> ModelReply:
-            reply = await super().complete(model, messages, schema=schema)
-            return ModelReply(reply.content, "stop", None, None, None, 1)
-
-    client = NoUsage({FAST: [JudgeTimeout("slow"), answer(0.2)]})
+    client = ScriptedJudge.per_model(
+        {FAST: [JudgeTimeout("slow"), answer(0.2)]}, usage=(None, None, None)
+    )
     tracker = LoopTracker(every_turn(), client=client)
     await turns(tracker, 2)
     chars = [sum(len(m["content"]) for m in prompt) for _, prompt in client.requests]
@@ -138,7 +135,7 @@ def test_prompt_cap_keeps_the_task_even_when_nothing_else_fits() -> None:
 
 
 async def test_tracker_applies_the_cap() -> None:
-    client = FakeClient({FAST: [answer(0.95)]})
+    client = fake_judge({FAST: [answer(0.95)]})
     tracker = LoopTracker(every_turn(max_prompt_chars=12_000, history_messages=20), client=client)
     verdict = await tracker.turn_started(big_history(10, 3000))
     assert sum(len(m["content"]) for m in client.requests[0][1]) <= 12_000

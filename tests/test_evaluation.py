@@ -25,7 +25,7 @@ from judge_eval.oracle import (
 )
 from judge_eval.replay import TrajectoryResult, replay_all, replay_trajectory
 from judge_eval.sweep import build_configs, parse_axis, settings_grid
-from tests.fakes import FakeClient, answer, looping_history
+from tests.fakes import answer, fake_judge, looping_history
 
 pytestmark = pytest.mark.anyio
 
@@ -141,7 +141,7 @@ def trajectory(n_turns: int, *, onset: int | None = None, tid: str = "made-up") 
 
 async def test_replay_records_first_flag_and_calls() -> None:
     # Every check says "loop": the first check (turn 3) flags assistant message 2 + 2*2 = 6.
-    client = FakeClient({FAST: [answer(0.95)]})
+    client = fake_judge({FAST: [answer(0.95)]})
     config = TrackerConfig(fast_model=FAST, check_after_turns=3, early_checks=False)
     res = await replay_trajectory(trajectory(8, onset=4), config, client)
     assert res.crash is None and res.turns == 8

@@ -21,16 +21,17 @@ from judge.errors import JudgeOutputError
 from judge.history import canonical_arguments, normalize_history
 from judge.llm.assessment import parse_assessment
 from judge.llm.transcript import SYSTEM_PROMPT_FILE
-from tests.fakes import FakeClient, answer, looping_history
+from judge.testing import ScriptedJudge
+from tests.fakes import answer, fake_judge, looping_history
 
 pytestmark = pytest.mark.anyio
 FAST = "fake/fast"
 TASK = [{"role": "system", "content": "You are an agent."}, {"role": "user", "content": "Go."}]
 
 
-def judged(**cfg: Any) -> tuple[LoopTracker, FakeClient]:
+def judged(**cfg: Any) -> tuple[LoopTracker, ScriptedJudge]:
     """A tracker whose (fake) judge is asked on every turn and answers "no loop"."""
-    client = FakeClient({FAST: [answer(0.0, "all good")]})
+    client = fake_judge({FAST: [answer(0.0, "all good")]})
     config = TrackerConfig(
         fast_model=FAST, check_after_turns=1, initial_interval=1, min_interval=1, **cfg
     )
@@ -374,7 +375,7 @@ def test_deeply_nested_judge_reply_is_an_output_error() -> None:
 
 @pytest.mark.anyio
 async def test_deeply_nested_judge_reply_is_a_failed_call_not_a_crash() -> None:
-    client = FakeClient({"fast": ['{"x": ' + "[" * 100_000]})
+    client = fake_judge({"fast": ['{"x": ' + "[" * 100_000]})
     tracker = LoopTracker(TrackerConfig(fast_model="fast"), client=client)
     history = looping_history(30)
     verdict = None

@@ -14,7 +14,8 @@ import pytest
 
 from judge import Action, HistoryError, LoopKind, LoopTracker, TrackerConfig
 from judge.history import normalize_history
-from tests.fakes import Agent, FakeClient, answer, live_agent
+from judge.testing import ScriptedJudge
+from tests.fakes import Agent, answer, fake_judge, live_agent
 
 pytestmark = pytest.mark.anyio
 
@@ -38,7 +39,7 @@ async def fall_into_loop(agent: Agent) -> Any:
     return verdict
 
 
-def judge_at_turn_3(client: FakeClient) -> LoopTracker:
+def judge_at_turn_3(client: ScriptedJudge) -> LoopTracker:
     """A tracker whose judge (``client``) is first asked at turn 3, on schedule only."""
     return LoopTracker(
         TrackerConfig(semantic="off", fast_model=FAST, check_after_turns=3, early_checks=False),
@@ -100,17 +101,17 @@ async def test_a_flag_never_repeats_while_the_evidence_does_not_grow() -> None:
 
 
 async def test_the_judge_reads_only_what_came_after_its_flag() -> None:
-    client = FakeClient({FAST: [answer(0.95, "circling")]})
+    client = fake_judge({FAST: [answer(0.95, "circling")]})
     t = judge_at_turn_3(client)
     agent = live_agent(t)
     for i in range(3):
         agent.call(f"read_{i}", {"page": i}, f"before-flag content {i}")
         last = await agent.turn()
-    assert last and last.source == "llm" and client.calls_to(FAST) == 1
+    assert last and last.source == "llm" and len(client.calls_to(FAST)) == 1
     for i in range(6):
         agent.call(f"act_{i}", {"n": i}, f"after-flag content {i}")
         await agent.turn()
-    assert client.calls_to(FAST) == 2
+    assert len(client.calls_to(FAST)) == 2
     # The second check waited for three fresh turns and saw none of the answered ones.
     transcript = "\n".join(m["content"] for m in client.requests[1][1])
     assert "before-flag content" not in transcript
@@ -119,7 +120,7 @@ async def test_the_judge_reads_only_what_came_after_its_flag() -> None:
 
 
 async def test_a_judge_loop_recovers_only_when_a_later_check_says_so() -> None:
-    client = FakeClient({FAST: [answer(0.95, "circling"), answer(0.95, "still circling")]})
+    client = fake_judge({FAST: [answer(0.95, "circling"), answer(0.95, "still circling")]})
     t = judge_at_turn_3(client)
     agent = live_agent(t)
     for i in range(20):
@@ -133,7 +134,7 @@ async def test_a_judge_loop_recovers_only_when_a_later_check_says_so() -> None:
 
 
 async def test_a_clean_check_after_a_judge_flag_is_a_recovery() -> None:
-    client = FakeClient({FAST: [answer(0.95, "circling"), answer(0.1, "moving on")]})
+    client = fake_judge({FAST: [answer(0.95, "circling"), answer(0.1, "moving on")]})
     t = judge_at_turn_3(client)
     agent = live_agent(t)
     for i in range(20):
@@ -143,7 +144,7 @@ async def test_a_clean_check_after_a_judge_flag_is_a_recovery() -> None:
 
 
 async def test_a_judge_loop_takes_the_kind_of_the_signal_under_it() -> None:
-    client = FakeClient({FAST: [answer(0.95, "same lookup")]})
+    client = fake_judge({FAST: [answer(0.95, "same lookup")]})
     t = LoopTracker(
         TrackerConfig(semantic="off", fast_model=FAST, check_after_turns=2, early_checks=False),
         client=client,
@@ -188,8 +189,8 @@ async def test_override_silences_streaming() -> None:
 # -- 3. tool output in the user role is not a new prompt ----------------------------------------
 
 
-def judged(**cfg: Any) -> tuple[LoopTracker, FakeClient]:
-    client = FakeClient({FAST: [answer(0.1, "fine")]})
+def judged(**cfg: Any) -> tuple[LoopTracker, ScriptedJudge]:
+    client = fake_judge({FAST: [answer(0.1, "fine")]})
     return LoopTracker(TrackerConfig(semantic="off", fast_model=FAST, **cfg), client=client), client
 
 
@@ -201,7 +202,7 @@ async def test_react_observations_in_user_messages_keep_counting_turns() -> None
         history.append({"role": "user", "content": f"Observation {i}: page {i} of results"})
         await t.turn_started(history)
     assert t.turn == 45
-    assert client.calls_to(FAST) >= 1 and t.last_check_turn >= 30
+    assert len(client.calls_to(FAST)) >= 1 and t.last_check_turn >= 30
 
 
 @pytest.mark.parametrize("fmt", ["anthropic", "atif"])
@@ -215,7 +216,7 @@ async def test_results_in_the_user_role_keep_counting_turns(fmt: str) -> None:
         else:
             agent.call("run", {"step": i}, f"output {i}")
         await t.turn_started(agent.history)
-    assert t.turn == 32 and client.calls_to(FAST) == 1
+    assert t.turn == 32 and len(client.calls_to(FAST)) == 1
 
 
 async def test_a_repeated_corrective_message_is_not_a_prompt_and_is_a_loop() -> None:
@@ -488,7 +489,7 @@ def _failing_call(i: int) -> list[dict[str, Any]]:
 async def test_injected_recovery_message_is_not_a_new_prompt() -> None:
     """Appending ``verdict.recovery_message`` as a user message (README example) must not
     become the judge's task nor restart the turn count and the judge's schedule."""
-    client = FakeClient({"fast": [answer(0.1)]})
+    client = fake_judge({"fast": [answer(0.1)]})
     tracker = LoopTracker(TrackerConfig(fast_model="fast"), client=client)
     history: list[dict[str, Any]] = [{"role": "user", "content": "TASK-MARKER fix app.py"}]
     injected = 0

@@ -10,8 +10,9 @@ import pytest
 
 from judge import LoopTracker, TrackerConfig, Verdict
 from judge.response.memory import LoopMemory
+from judge.testing import ScriptedJudge
 from judge.turns import assistant_turn_ends
-from tests.fakes import Agent, FakeClient, answer
+from tests.fakes import Agent, answer, fake_judge
 
 SECRET = "sk-live-4f9Qz8WmXc2TnB7vR1yLpK0aHs"  # an API key in the call's arguments
 UNIQUE_ARG = "zebra-quartz-7731-marmalade"  # a value that must never be persisted
@@ -77,8 +78,8 @@ def read_twice() -> Agent:
     return agent
 
 
-def judged(db: Path | None, **cfg: Any) -> tuple[LoopTracker, FakeClient]:
-    client = FakeClient({"fake/fast": [answer(0.2, "fine")]})
+def judged(db: Path | None, **cfg: Any) -> tuple[LoopTracker, ScriptedJudge]:
+    client = fake_judge({"fake/fast": [answer(0.2, "fine")]})
     config = TrackerConfig(fast_model="fake/fast", memory_path=db, **cfg)
     return LoopTracker(config, client=client), client
 
@@ -98,7 +99,7 @@ def test_a_remembered_pattern_brings_the_judge_forward(tmp_path: Path) -> None:
     # ...but a remembered pattern is raised to the suspicion cap: an early judge check
     tracker, client = judged(db)
     verdicts = play(tracker, read_twice().history)
-    assert client.calls_to("fake/fast") == 1 and not verdicts[-1]
+    assert len(client.calls_to("fake/fast")) == 1 and not verdicts[-1]
     assert verdicts[-1].suspicion == pytest.approx(0.5)  # raised by the memory
 
 

@@ -14,7 +14,8 @@ import pytest
 
 import judge
 from judge.llm.pair import TwoStageJudge
-from tests.fakes import FakeClient, answer
+from judge.testing import ScriptedJudge
+from tests.fakes import answer, fake_judge
 
 
 def _modules_after(code: str) -> set[str]:
@@ -59,7 +60,7 @@ def test_an_error_raised_inside_already_reads_as_public() -> None:
     assert out.stdout.strip() == "judge"
 
 
-def _judge(client: FakeClient, prepare_s: float, deadline_s: float) -> TwoStageJudge:
+def _judge(client: ScriptedJudge, prepare_s: float, deadline_s: float) -> TwoStageJudge:
     async def prepare() -> None:
         await anyio.sleep(prepare_s)
 
@@ -74,7 +75,7 @@ def _judge(client: FakeClient, prepare_s: float, deadline_s: float) -> TwoStageJ
 
 
 def test_client_preparation_is_timed_apart_from_the_judge_latency() -> None:
-    client = FakeClient({"fast": [answer(0.1)]})
+    client = fake_judge({"fast": [answer(0.1)]})
     pair = _judge(client, prepare_s=0.2, deadline_s=5.0)
     outcome = anyio.run(pair.check, [{"role": "user", "content": "x"}])
     assert outcome.prepare_s >= 0.2 and not outcome.not_ready
@@ -85,7 +86,7 @@ def test_client_preparation_is_timed_apart_from_the_judge_latency() -> None:
 
 
 def test_a_client_not_ready_by_the_deadline_asks_no_model() -> None:
-    client = FakeClient({"fast": [answer(0.1)]})
+    client = fake_judge({"fast": [answer(0.1)]})
     pair = _judge(client, prepare_s=30.0, deadline_s=0.05)
     outcome = anyio.run(pair.check, [{"role": "user", "content": "x"}])
     assert outcome.not_ready and outcome.deciding is None and not client.requests

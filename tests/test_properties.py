@@ -18,7 +18,8 @@ from hypothesis import strategies as st
 
 from judge import LoopTracker, TrackerConfig, Verdict
 from judge.history import ROLES, normalize_history
-from tests.fakes import FakeClient, answer
+from judge.testing import ScriptedJudge
+from tests.fakes import answer, fake_judge
 
 FAST, CONFIRM = "fake/fast", "fake/confirm"
 # Every code point, surrogates (category Cs) included: agents pass through whatever their
@@ -99,7 +100,7 @@ def test_normalization_never_raises_on_valid_shapes(history: list[dict[str, Any]
             c.arguments.encode("utf-8")
 
 
-def _tracker(client: FakeClient) -> LoopTracker:
+def _tracker(client: ScriptedJudge) -> LoopTracker:
     return LoopTracker(
         TrackerConfig(
             fast_model=FAST,
@@ -132,7 +133,7 @@ def _fingerprint(v: Verdict) -> tuple[Any, ...]:
 
 
 async def _replay(history: list[dict[str, Any]], script: list[float]) -> tuple[Any, ...]:
-    client = FakeClient({FAST: [answer(c) for c in script], CONFIRM: [answer(0.5)]})
+    client = fake_judge({FAST: [answer(c) for c in script], CONFIRM: [answer(0.5)]})
     tracker = _tracker(client)
     verdicts = [
         _fingerprint(await tracker.turn_started(history[:end]))

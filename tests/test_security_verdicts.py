@@ -24,7 +24,8 @@ import pytest
 from judge import Action, JudgeHTTPError, LoopTracker, TrackerConfig, Verdict
 from judge.response.recovery import NO_OPINION, OPINION_LABEL, RECOVERY_FENCE
 from judge.response.telemetry import Telemetry
-from tests.fakes import Agent, FakeClient, answer, looping_history
+from judge.testing import ScriptedJudge
+from tests.fakes import Agent, answer, fake_judge, looping_history
 from tests.test_stats import FakeMeter, FakeTracer
 
 FAST, CONFIRM = "fake/fast", "fake/confirm"
@@ -107,7 +108,7 @@ async def test_judge_errors_are_redacted_on_the_verdict_and_in_logs(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     leaky = JudgeHTTPError(f"401 from proxy: bad key {TOKEN}", model=FAST, status=401)
-    client = FakeClient({FAST: [leaky]})
+    client = fake_judge({FAST: [leaky]})
     tracker = LoopTracker(
         TrackerConfig(fast_model=FAST, check_after_turns=1, initial_interval=1, semantic="off"),
         client=client,
@@ -138,8 +139,8 @@ async def test_no_secret_in_logs_or_telemetry(caplog: pytest.LogCaptureFixture) 
 # -- defect 3: the judge's words are untrusted ----------------------------------------------------
 
 
-def judge_tracker(analysis: str) -> tuple[LoopTracker, FakeClient]:
-    client = FakeClient({FAST: [answer(0.95, analysis)], CONFIRM: [answer(0.97, analysis)]})
+def judge_tracker(analysis: str) -> tuple[LoopTracker, ScriptedJudge]:
+    client = fake_judge({FAST: [answer(0.95, analysis)], CONFIRM: [answer(0.97, analysis)]})
     config = TrackerConfig(fast_model=FAST, confirm_model=CONFIRM, semantic="off")
     return LoopTracker(config, client=client), client
 
@@ -220,7 +221,7 @@ async def test_a_stop_is_logged_at_warning(caplog: pytest.LogCaptureFixture) -> 
 
 
 async def test_a_judge_failure_is_logged_at_warning(caplog: pytest.LogCaptureFixture) -> None:
-    client = FakeClient({FAST: [JudgeHTTPError("503 upstream", model=FAST, status=503)]})
+    client = fake_judge({FAST: [JudgeHTTPError("503 upstream", model=FAST, status=503)]})
     tracker = LoopTracker(
         TrackerConfig(fast_model=FAST, check_after_turns=1, initial_interval=1, semantic="off"),
         client=client,
@@ -277,7 +278,7 @@ async def test_the_eval_report_rows_carry_no_secret() -> None:
     for _ in range(6):
         agent.call("bash", SECRET_CALL, "error: relation users already exists")
     traj = Trajectory(id="leaky", messages=agent.messages)
-    result = await replay_trajectory(traj, config, client=FakeClient({FAST: [leaky]}))
+    result = await replay_trajectory(traj, config, client=fake_judge({FAST: [leaky]}))
     row = json.dumps(trajectory_row(result), default=str)
     assert result.calls and result.crash is None
     assert secret_free(row), row

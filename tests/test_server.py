@@ -18,7 +18,7 @@ from judge.errors import ConfigError, JudgeTimeout
 from judge.service.app import OPENAPI_FILE, create_app, openapi_schema
 from judge.service.settings import ServerSettings, is_loopback
 from judge.service.store import MemoryStore
-from tests.fakes import FakeClient, answer, looping_history
+from tests.fakes import answer, fake_judge, looping_history
 from tests.serving import alternation_history, failing_repeat_history, prefixes
 
 pytestmark = pytest.mark.anyio
@@ -126,7 +126,7 @@ async def test_judge_failure_is_on_the_verdict_not_a_5xx() -> None:
     config = TrackerConfig(
         fast_model=FAST, check_after_turns=1, initial_interval=1, early_checks=False
     )
-    fake = FakeClient({FAST: [JudgeTimeout("no answer in 30 s", model=FAST)]})
+    fake = fake_judge({FAST: [JudgeTimeout("no answer in 30 s", model=FAST)]})
     app = create_app(settings(), MemoryStore(config, judge_client=fake))
     async with client_for(app) as c:
         r = await c.post("/v1/sessions/s/turns", json={"messages": looping_history(1)})
@@ -146,7 +146,7 @@ async def test_metrics_count_turns_loops_and_judge_spend() -> None:
         initial_interval=1,
         early_checks=False,
     )
-    fake = FakeClient({FAST: [answer(0.95)], CONFIRM: [answer(0.97, "circling")]})
+    fake = fake_judge({FAST: [answer(0.95)], CONFIRM: [answer(0.97, "circling")]})
     app = create_app(settings(), MemoryStore(config, judge_client=fake))
     history = looping_history(2)
     async with client_for(app) as c:

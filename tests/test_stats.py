@@ -13,7 +13,7 @@ import pytest
 from judge import LoopTracker, TrackerConfig, Verdict
 from judge.response.telemetry import Telemetry
 from judge.turns import assistant_turn_ends
-from tests.fakes import Agent, FakeClient, answer, looping_history
+from tests.fakes import Agent, answer, fake_judge, looping_history
 
 FAST, CONFIRM = "openai/fast", "openai/confirm"
 
@@ -59,13 +59,13 @@ def test_heuristic_stats() -> None:
 
 
 def test_judge_stats() -> None:
-    client = FakeClient({FAST: [answer(0.95, "same reads")], CONFIRM: [answer(0.97, "yes")]})
+    client = fake_judge({FAST: [answer(0.95, "same reads")], CONFIRM: [answer(0.97, "yes")]})
     tracker = LoopTracker(TrackerConfig(fast_model=FAST, confirm_model=CONFIRM), client=client)
     verdicts = play(tracker, looping_history(30))
     assert verdicts[-1] and verdicts[-1].source == "llm"
     stats = tracker.stats
     assert stats.checks == 1 and stats.judge_calls == 2 and stats.judge_errors == 0
-    assert (stats.input_tokens, stats.output_tokens) == (200, 40)  # FakeClient: 100 + 20 each
+    assert (stats.input_tokens, stats.output_tokens) == (200, 40)  # fake_judge: 100 + 20 each
     assert stats.cost_usd == pytest.approx(0.0002)
     assert stats.judge_latency_s_max <= stats.judge_latency_s_sum
     assert stats.judge_latency_s_sum == pytest.approx(
@@ -133,7 +133,7 @@ class FakeMeter:
 
 def test_telemetry_with_a_test_double() -> None:
     tracer, meter = FakeTracer(), FakeMeter()
-    client = FakeClient({FAST: [answer(0.95, "same reads")], CONFIRM: [answer(0.97, "yes")]})
+    client = fake_judge({FAST: [answer(0.95, "same reads")], CONFIRM: [answer(0.97, "yes")]})
     tracker = LoopTracker(
         TrackerConfig(fast_model=FAST, confirm_model=CONFIRM),
         client=client,
@@ -185,7 +185,7 @@ def test_telemetry_is_a_no_op_without_the_package(monkeypatch: pytest.MonkeyPatc
         monkeypatch.setitem(sys.modules, name, None)  # "import opentelemetry" now fails
     telemetry = Telemetry.default()
     assert not telemetry.enabled
-    client = FakeClient({FAST: [answer(0.95)]})
+    client = fake_judge({FAST: [answer(0.95)]})
     tracker = LoopTracker(TrackerConfig(fast_model=FAST), client=client, telemetry=telemetry)
     assert play(tracker, looping_history(30))[-1]
 
@@ -194,7 +194,7 @@ def test_telemetry_with_the_real_api_and_no_sdk() -> None:
     pytest.importorskip("opentelemetry.trace")
     telemetry = Telemetry.default()  # the API's global no-op providers
     assert telemetry.enabled
-    client = FakeClient({FAST: [answer(0.95)]})
+    client = fake_judge({FAST: [answer(0.95)]})
     tracker = LoopTracker(TrackerConfig(fast_model=FAST), client=client, telemetry=telemetry)
     assert play(tracker, looping_history(30))[-1]
 

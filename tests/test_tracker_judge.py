@@ -10,15 +10,16 @@ import pytest
 
 from judge import Action, LoopTracker, TrackerConfig, Verdict
 from judge.errors import JudgeHTTPError, JudgeTimeout
-from tests.fakes import FakeClient, answer, hang, looping_history
+from judge.testing import ScriptedJudge
+from tests.fakes import answer, fake_judge, hang, looping_history
 
 FAST, CONFIRM = "fake/fast", "fake/confirm"
 
 
 def make(
     fast: list[Any], confirm: list[Any] | None = None, **cfg: Any
-) -> tuple[LoopTracker, FakeClient]:
-    client = FakeClient({FAST: fast, CONFIRM: confirm or []})
+) -> tuple[LoopTracker, ScriptedJudge]:
+    client = fake_judge({FAST: fast, CONFIRM: confirm or []})
     config = TrackerConfig(fast_model=FAST, confirm_model=CONFIRM if confirm else None, **cfg)
     return LoopTracker(config, client=client), client
 
@@ -55,8 +56,8 @@ async def test_fast_below_threshold_skips_confirm() -> None:
     tracker, client = make([answer(0.4)], [answer(0.99)])
     v = (await run_turns(tracker, 30))[-1]
     assert not v and v.source == "llm" and v.confidence == 0.4
-    assert client.calls_to(CONFIRM) == 0
-    assert client.calls_to(FAST) == 1
+    assert len(client.calls_to(CONFIRM)) == 0
+    assert len(client.calls_to(FAST)) == 1
 
 
 async def test_fast_high_confirm_low_is_no_loop() -> None:
@@ -104,7 +105,7 @@ async def test_schedule_over_80_turns(confidence: float, expected: list[int]) ->
         if v.judge_calls:
             checked.append(i)
     assert checked == expected
-    assert client.calls_to(FAST) == len(expected)
+    assert len(client.calls_to(FAST)) == len(expected)
 
 
 async def test_loop_verdict_adapts_interval_from_deciding_confidence() -> None:
@@ -123,7 +124,7 @@ async def test_fast_failure_is_reported_and_retried_after_min_interval() -> None
     failed = verdicts[29]
     assert not failed and failed.errors and "slow" in failed.errors[0]
     assert failed.judge_calls[0].error and failed.judge_calls[0].confidence is None
-    assert client.calls_to(CONFIRM) == 0
+    assert len(client.calls_to(CONFIRM)) == 0
     assert [i for i, v in enumerate(verdicts, 1) if v.judge_calls] == [30, 35]
     assert tracker.last_check_turn == 35
 
