@@ -340,3 +340,43 @@ def test_a_decision_is_a_value() -> None:
     assert Decision(Outcome.CLEAR, 0.0) == CLEAR
     with pytest.raises(dataclasses.FrozenInstanceError):
         CLEAR.suspicion = 1.0  # type: ignore[misc]
+
+
+def _repeats(n: int) -> list[dict[str, Any]]:
+    history: list[dict[str, Any]] = [{"role": "user", "content": "Where is order 7?"}]
+    for i in range(n):
+        function = {"name": "lookup", "arguments": '{"order": 7}'}
+        call = {"id": f"c{i}", "type": "function", "function": function}
+        history.append({"role": "assistant", "content": "", "tool_calls": [call]})
+        history.append({"role": "tool", "tool_call_id": f"c{i}", "content": "not found"})
+    return history
+
+
+@pytest.mark.anyio
+async def test_what_a_verdict_answered_is_saved_where_older_states_keep_it() -> None:
+    from judge.config import TrackerConfig
+    from judge.tracker import LoopTracker
+
+    config = TrackerConfig()
+    live = LoopTracker(config)
+    history = _repeats(12)
+    flagged = None
+    for k in range(3, len(history) + 1, 2):
+        verdict = await live.turn_started(history[:k])
+        if verdict.looping and flagged is None:
+            flagged = k
+            break
+    assert flagged is not None
+    state = live.state
+    assert state.ladder.acted_through == flagged - 1 and state.ladder.acted_digest
+    assert live.ladder_state.acted_through == flagged - 1
+    restored = LoopTracker.from_state(config, state.model_dump_json())
+    assert restored.ladder_state.acted_through == flagged - 1
+    # Both go on alike: the answered repeat is not flagged again until it is done again.
+    for k in range(flagged + 2, len(history) + 1, 2):
+        a, b = await live.turn_started(history[:k]), await restored.turn_started(history[:k])
+        assert (a.looping, a.action, a.suspicion) == (b.looping, b.action, b.suspicion)
+    # The ladder's own state, given back, carries it too.
+    other = LoopTracker(config)
+    other.load_ladder_state(live.ladder_state)
+    assert other.ladder_state.acted_digest == live.ladder_state.acted_digest
