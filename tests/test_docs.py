@@ -516,3 +516,13 @@ def test_the_module_map_matches_the_tree() -> None:
     modules = {p.resolve() for p in package.glob("*.py") if not p.name.startswith("_")}
     missing = sorted(str(p.relative_to(REPO)) for p in (folders | modules) - named)
     assert not missing, f"not in docs/architecture.md's module map: {missing}"
+
+
+def test_the_readme_stays_a_front_page() -> None:
+    """What a newcomer needs first, and no more: the rest lives in docs/."""
+    readme = (REPO / "README.md").read_text("utf-8")
+    assert len(readme.encode()) <= 15_000
+    headings = re.findall(r"^## (.+)$", readme, flags=re.MULTILINE)
+    for needed in ("Install", "The 30-second example", "Integrations and commands"):
+        assert needed in headings
+    assert "Running the tests" in headings
