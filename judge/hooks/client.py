@@ -84,6 +84,8 @@ SPAWN_BACKOFF_S = 2.0
 MAX_PAYLOAD_BYTES = 64 * 1024 * 1024
 # The hook's only exit code (judge.integrations.claude_code.EXIT_HOOK): 0, "go on".
 EXIT_HOOK = 0
+# A Unix socket's path is at most this many bytes with its final NUL (sun_path, Linux).
+MAX_SOCKET_PATH = 108
 # Reply codes of the daemon's first byte.
 ACCEPTED, STALE, DECLINED = b"A", b"S", b"D"
 
@@ -407,6 +409,8 @@ def _via_daemon(agent: str, chosen: str | None, raw: bytes) -> int | str:
     # The daemon runs elsewhere: the state directory goes to it as an absolute path.
     state_dir = os.path.abspath(chosen if chosen is not None else default_state_dir())
     path = socket_path(directory)
+    if len(os.fsencode(path)) >= MAX_SOCKET_PATH:
+        return "socket path too long"
     try:
         code, out, err = ask_daemon(path, agent, state_dir, raw)
     except Unanswered as why:

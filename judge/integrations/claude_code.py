@@ -1057,8 +1057,11 @@ def answer_raw(
     stdout (the answer's JSON line, or nothing) and its stderr (one "ignored" line, or
     nothing). Never raises. The command and the daemon both print exactly this."""
     # The tracker logs loop verdicts; in a hook process nobody reads them, and Python's
-    # last-resort handler would print each on stderr beside our one line.
-    logging.getLogger("judge").addHandler(logging.NullHandler())
+    # last-resort handler would print each on stderr beside our one line. Added once: the
+    # daemon answers many events in one process.
+    logger = logging.getLogger("judge")
+    if not any(isinstance(h, logging.NullHandler) for h in logger.handlers):
+        logger.addHandler(logging.NullHandler())
     try:
         if raw is None:
             raw = sys.stdin.buffer.read(MAX_PAYLOAD_BYTES + 1)
