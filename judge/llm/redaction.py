@@ -242,10 +242,30 @@ _CUT_PREFIXES = sorted(
         "SG. eyJ hvs. hvb. hvr. glc_ glsa_ gsk_ xai- pplx- lin_api_ shpat_ shpca_ shppa_ shpss_ "
         "dop_v1_ doo_v1_ dor_v1_ dapi sbp_ NRAK- PMAK- pul- sntrys_ sntryu_ HRKU-AA ops_eyJ "
         "dt0c01. AGE-SECRET-KEY-1 xkeysib- rubygems_ CLOJARS_ r8_ figd_ fm2_ fo1_ dckr_pat_ "
-        "dckr_oat_ tskey- lsv2_ pcsk_ CFPAT- sk.eyJ xsmtpsib- sb_secret_ nfp_ sl.u."
+        "dckr_oat_ tskey- lsv2_ pcsk_ CFPAT- sk.eyJ xsmtpsib- sb_secret_ nfp_ sl.u. "
+        "access_token$production$ secret_ r8_ figd_"
     ),
     key=lambda prefix: (-len(prefix), prefix),
 )
+
+
+# A prefix this long names its format unmistakably ("glpat-", "github_pat_"): what follows
+# it is a token's piece however short. A shorter one ("hf_", "npm_") needs a random piece.
+_CUT_PREFIX_DISTINCT = 5
+_CUT_REST = 6
+_WORDLIKE = re.compile(r"[a-z_]*")
+
+
+def _clipped_prefix_ok(value: str) -> bool:
+    """A clipped credential's start, not a word cut short ("npm_package_ver…"): random, or
+    a distinctive prefix followed by anything but small letters and underscores."""
+    for prefix in _CUT_PREFIXES:  # longest first
+        if value.startswith(prefix):
+            rest = value[len(prefix) :]
+            if len(prefix) >= _CUT_PREFIX_DISTINCT and not _WORDLIKE.fullmatch(rest):
+                return True
+            return len(rest) >= _CUT_REST and _looks_random(value)
+    return False
 
 
 # A key ending in one of these words describes a secret instead of holding one.
@@ -829,7 +849,8 @@ def _resolve_pair(m: re.Match[str]) -> tuple[list[Span], int]:
 _XML_ELEMENT = re.compile(
     # The value may end at a clip's ellipsis: a verdict quotes a long result cut short.
     r"<(?P<tag>[A-Za-z_][A-Za-z0-9_.:-]{0,60})>[ \t]*(?P<value>[^<>\n\x1b…]{1,1024})"
-    r"(?:</(?P=tag)>|…)"
+    # Or at a closing tag the clip cut ("</tok…").
+    r"(?:</(?P=tag)>|</[A-Za-z0-9_.:-]{0,60}…|…)"
 )
 
 
@@ -998,6 +1019,12 @@ _CLASS_CHANGES = 0.28
 _CLASS_CHANGES_NAMED = 0.18
 
 
+_LOWER_RUN = re.compile(r"[a-z]{4,}")
+# Of a token with capitals and small letters, at most this share in runs of four or more
+# small letters: about 0.1 for random base62, 0.7 for CamelCase.
+_WORD_SHARE = 0.4
+
+
 def _entropy(value: str) -> float:
     """Shannon entropy of ``value`` in bits per character."""
     n = len(value)
@@ -1005,6 +1032,32 @@ def _entropy(value: str) -> float:
     for c in value:
         counts[c] = counts.get(c, 0) + 1
     return -sum(k / n * math.log2(k / n) for k in counts.values())
+
+
+_BASE64_RUN = re.compile(r"[A-Za-z0-9+/_-]{16,}")
+# Characters of a token decoded to see whether it is text in base64.
+_DECODED_HEAD = 64
+# Of the bytes decoded, this share printable (ASCII letters, signs, blanks) makes text:
+# random bytes are printable with odds of 97 in 256 each, so 48 bytes of a key decode so
+# with odds far below 10**-15.
+_PRINTABLE_SHARE = 0.95
+
+
+def _encoded_text(value: str) -> bool:
+    """Whether ``value`` is text in base64 (a message, a JSON document, a script): what it
+    decodes to is printable. A key or token is random bytes, or random characters that
+    decode to random bytes."""
+    run = _BASE64_RUN.match(value)
+    if run is None:
+        return False
+    head = run.group()[:_DECODED_HEAD]
+    head = head[: len(head) // 4 * 4]
+    try:
+        raw = base64.b64decode(head.replace("-", "+").replace("_", "/"), validate=True)
+    except (ValueError, binascii.Error):
+        return False
+    printable = sum(1 for b in raw if 32 <= b < 127 or b in (9, 10, 13))
+    return printable >= _PRINTABLE_SHARE * len(raw)
 
 
 def _char_class(c: str) -> int:
@@ -1017,15 +1070,20 @@ def _char_class(c: str) -> int:
     return 0
 
 
-def _secret_like(value: str, *, named: bool = False) -> bool:
+def _secret_like(value: str, *, named: bool = False, shortest: int | None = None) -> bool:
     """Whether an opaque token reads as machine-made (see above). ``named``: the context
     names a secret (a key, a header, a URL's user part), so a shorter token, a hex one, or
-    one of fewer classes counts."""
+    one of fewer classes counts. ``shortest``: the fewest characters judged, if not the
+    context's default."""
     n = len(value)
-    if not (_OPAQUE_MIN_NAMED if named else _OPAQUE_MIN) <= n <= _OPAQUE_MAX:
+    if shortest is None:
+        shortest = _OPAQUE_MIN_NAMED if named else _OPAQUE_MIN
+    if not shortest <= n <= _OPAQUE_MAX:
         return False
     if _is_placeholder(value) or _UUID.search(value) or value.startswith(_DATA_PREFIXES):
         return False
+    if _encoded_text(value):
+        return False  # text in base64: data, not a key
     core = value.rstrip("=")
     hex_only = _HEX.fullmatch(core) is not None
     if hex_only and not named:
@@ -1040,6 +1098,12 @@ def _secret_like(value: str, *, named: bool = False) -> bool:
     changes = sum(1 for a, b in pairwise(classes) if a != b and a and b)
     if changes < (_CLASS_CHANGES_NAMED if named else _CLASS_CHANGES) * len(core):
         return False
+    if 2 in present and 1 in present:
+        # CamelCase words: most small letters stand in runs of four or more ("Deploy",
+        # "Nightly"); in random base62 few do.
+        in_words = sum(len(run) for run in _LOWER_RUN.findall(core))
+        if in_words > _WORD_SHARE * len(core):
+            return False
     alphabet = 16 if hex_only else 64
     most = min(math.log2(alphabet), math.log2(len(core)))
     share = _ENTROPY_SHARE_NAMED if named else _ENTROPY_SHARE
@@ -1060,20 +1124,42 @@ _URL_USER = (
 _URL_PATH = re.compile(
     r"\b[A-Za-z][A-Za-z0-9+.\-]{0,20}://[^\s/?#\"'<>\\]{1,256}(?P<path>/[^\s?#\"'<>\\]{1,2048})"
 )
-_PATH_SEGMENT = re.compile(r"[^/]+")
+_PATH_SEGMENT = re.compile(r"[^/;,=]+")
+# Words of a URL (host labels and path segments) that make it a place for secrets: a
+# webhook's or a bot's address, an endpoint taking a key or token in its path. Elsewhere a
+# path's random segments are ids (a CDN's asset ids, a short link, a hashed file name) and
+# stay.
+_URL_SECRET_WORDS = (
+    "hook",
+    "token",
+    "key",
+    "secret",
+    "auth",
+    "cred",
+    "passw",
+    "signature",
+    "bot",
+    "invite",
+    "callback",
+)
+_FILE_NAME = re.compile(r".+\.[A-Za-z][A-Za-z0-9]{0,4}")
 
 
 def _resolve_url_path(m: re.Match[str]) -> tuple[list[Span], int]:
-    """Path segments that are tokens: any after a segment naming a secret ("/key/<token>",
+    """Path segments that are tokens, in a URL whose host or path has a word of
+    `_URL_SECRET_WORDS`: any after a segment naming a secret ("/key/<token>",
     "/token/<token>"), else one that looks machine-made by the strict test (a webhook's
-    secret path, a bot token)."""
+    secret path). A file's name (a hashed image name) is never one."""
+    lowered = m.group().lower()
+    if not any(word in lowered for word in _URL_SECRET_WORDS):
+        return [], m.end()
     spans: list[Span] = []
     base = m.start("path")
     previous = ""
     for seg in _PATH_SEGMENT.finditer(m.group("path")):
         value = seg.group()
         named = _key_class(previous) is not None
-        if _secret_like(value, named=named):
+        if not _FILE_NAME.fullmatch(value) and _secret_like(value, named=named):
             spans.append(("opaque_token", base + seg.start(), base + seg.end()))
         previous = value
     return spans, m.end()
@@ -1094,7 +1180,9 @@ _OPAQUE_TOKEN = re.compile(r"(?<![A-Za-z0-9+/_.~=$\\-])[A-Za-z0-9+/_.~=$-]{12,40
 
 
 def _resolve_name_alone(m: re.Match[str]) -> tuple[list[Span], int]:
-    if _key_class(m.group("key")) is None:
+    key = m.group("key")
+    # A list's name is plural ("registration_tokens:", "tokens": [...]).
+    if _key_class(key) is None and not (key.endswith("s") and _key_class(key[:-1])):
         return [], m.end()
     text = m.string
     spans: list[Span] = []
@@ -1117,8 +1205,10 @@ _CLIPPED_RUN = r"(?<![A-Za-z0-9_+/$.~\\-])(?P<secret>[A-Za-z0-9_+/$.~-]{12,4096}
 
 
 def _clipped_like(value: str) -> bool:
-    """A clipped token's piece: random by the strict test, shortened as the clip left it."""
-    return _secret_like(value, named=len(value) < _OPAQUE_MIN) and not _HEX.fullmatch(value)
+    """A clipped token's piece: random by the strict test (a digit among letters of both
+    cases or many class changes; "BeautifulSoup…" and "RemovedInDjango…" stay), only
+    shorter, as the clip left it."""
+    return _secret_like(value, shortest=_OPAQUE_MIN_NAMED)
 
 
 # A CSV that a summary flattened onto one line ("id,name,api_token,created 1,ci-bot,<token>,
@@ -1326,11 +1416,10 @@ def _builtin_rules() -> tuple[_Rule, ...]:
             "clipped_secret",
             r"(?<![A-Za-z0-9_+/-])(?P<secret>(?:"
             + "|".join(re.escape(prefix) for prefix in _CUT_PREFIXES)
-            + r")[A-Za-z0-9_./+~-]{6,4096})"
+            + r")[A-Za-z0-9_./+~$-]{2,4096})"
             + _ELLIPSIS,
             (_ELLIPSIS,),
-            # "npm_package_ver…" is a word cut short; what is left of a token is random.
-            _looks_random,
+            _clipped_prefix_ok,
             placeholders=False,
         ),
         _PatternRule(
@@ -1634,7 +1723,10 @@ class Redactor:
         """(start, end, kind) of every secret in ``text``, merged and in order."""
         if not text:
             return []
-        return _merge(_reader_spans(text, self._text_spans))
+        spans = _merge(_reader_spans(text, self._text_spans))
+        if _MARKER_PREFIX in text:
+            spans = _outside_markers(text, spans)
+        return spans
 
     def _text_spans(self, text: str) -> list[tuple[int, int, int, str]]:
         """(start, end, priority, kind) of what the rules find in ``text`` as it is. A rule
@@ -1662,6 +1754,29 @@ class Redactor:
         return "".join(parts)
 
     __call__ = redact
+
+
+# A placeholder as any redactor writes it (`MARKER`, `KEYED_MARKER`).
+_PLACED = re.compile(r"\[REDACTED:[a-z0-9_]{1,40}(?::[0-9a-f]{1,16})?\]")
+
+
+def _outside_markers(text: str, spans: list[tuple[int, int, str]]) -> list[tuple[int, int, str]]:
+    """``spans`` without those that touch a placeholder already in ``text``: a rule that
+    reads one ("password:1a2b3c4d" inside "[REDACTED:password:1a2b3c4d]", a URL whose user
+    is a placeholder) finds no secret, so redacting twice changes nothing."""
+    placed = [m.span() for m in _PLACED.finditer(text)]
+    if not placed:
+        return spans
+    starts = [start for start, _ in placed]
+    kept = []
+    for start, end, kind in spans:
+        # The last placeholder starting before the span's end is the only one that can
+        # overlap it: placeholders do not overlap each other.
+        i = bisect_right(starts, end - 1) - 1
+        if i >= 0 and placed[i][1] > start:
+            continue
+        kept.append((start, end, kind))
+    return kept
 
 
 def _secret_text(span: str) -> str:
