@@ -38,9 +38,19 @@ assert (data / "smoke.txt").is_file() and (data / "README.md").is_file(), data
 assert (Path(judge.__file__).parent / "py.typed").is_file()
 print(f"check-package: the wheel's judge_eval reads its bundled set at {data}")
 PY
-# The console script's own entry (judge_eval.cli:main), as `loop-judge eval` runs it.
-PYTHONPATH="$work/wheel" "$repo/.venv/bin/python" -c \
-    'import sys; from judge_eval.cli import main; sys.exit(main())' eval --subset smoke \
-    --no-chart --out "$work/out" >"$work/eval.log" 2>&1 || { cat "$work/eval.log"; exit 1; }
+# `loop-judge eval` through the console script the wheel declares (its entry_points.txt),
+# as an installed `loop-judge` would run it.
+PYTHONPATH="$work/wheel" "$repo/.venv/bin/python" - eval --subset smoke \
+    --no-chart --out "$work/out" >"$work/eval.log" 2>&1 <<'PY' || { cat "$work/eval.log"; exit 1; }
+import glob
+import sys
+from importlib.metadata import PathDistribution
+from pathlib import Path
+
+(info,) = glob.glob("wheel/*.dist-info")
+(script,) = [e for e in PathDistribution(Path(info)).entry_points if e.name == "loop-judge"]
+sys.argv[0] = "loop-judge"
+sys.exit(script.load()())
+PY
 tail -n 4 "$work/eval.log"
 echo "check-package: sdist and wheel built, twine check passed, eval ran from the wheel"
