@@ -176,7 +176,7 @@ class Message:
 
 
 # The ``name`` given to text that arrives in the user role but is not a person's words: the
-# text beside Anthropic tool results here, ATIF observations (judge/trajectories/importers/atif.py).
+# text beside Anthropic tool results here, ATIF observations (judge_eval.importers.atif).
 OBSERVATION_NAME = "observation"
 # Content block types of the Anthropic Messages API that carry calls and results.
 _TOOL_USE = "tool_use"
