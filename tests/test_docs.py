@@ -32,11 +32,12 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import Any
 
 import pytest
 import tomllib
 
-from judge.config import ENV_PREFIX, TrackerConfig
+from judge.config import ENV_PREFIX, TrackerConfig, known_variables
 
 REPO = Path(__file__).resolve().parent.parent
 PAGES = [REPO / "README.md", *sorted((REPO / "docs").rglob("*.md"))]
@@ -300,8 +301,9 @@ def test_blocks_that_cannot_run_type_check(tmp_path: Path) -> None:
 # -- shell blocks: each command matches one rule --------------------------------------------
 
 
-def pyproject() -> dict[str, object]:
-    return tomllib.loads((REPO / "pyproject.toml").read_text("utf-8"))["project"]  # type: ignore[no-any-return]
+def pyproject() -> dict[str, Any]:
+    project: dict[str, Any] = tomllib.loads((REPO / "pyproject.toml").read_text("utf-8"))["project"]
+    return project
 
 
 def commands(block: Block) -> list[str]:
@@ -316,7 +318,7 @@ def commands(block: Block) -> list[str]:
 
 def check_pip_install(words: list[str]) -> None:
     project = pyproject()
-    extras = set(project["optional-dependencies"])  # type: ignore[call-overload]
+    extras = set(project["optional-dependencies"])
     args = words[words.index("install") + 1 :]
     while args:
         arg = args.pop(0)
@@ -330,17 +332,10 @@ def check_pip_install(words: list[str]) -> None:
             assert set((named.group(1) or "").split(",")) - {""} <= extras, target
         elif arg.startswith("litellm["):
             # The proxy's install keeps litellm within the range loop-judge supports.
-            (ours,) = [d for d in project["dependencies"] if d.startswith("litellm")]  # type: ignore[attr-defined]
+            (ours,) = [d for d in project["dependencies"] if d.startswith("litellm")]
             assert arg.split("]", 1)[1] == ours.removeprefix("litellm"), arg
         elif not arg.startswith("-"):
             assert arg in THIRD_PARTY_INSTALLS, f"{arg}: not an extra, and not listed"
-
-
-def known_variables() -> set[str]:
-    from judge.service.settings import ServerSettings
-
-    fields = {*TrackerConfig.model_fields, *ServerSettings.model_fields}
-    return {ENV_PREFIX + field.upper() for field in fields}
 
 
 def check_loop_judge(words: list[str]) -> None:
@@ -370,7 +365,7 @@ def check_command(command: str) -> None:
     if program == "export":
         # Checked before splitting: a value may be a command substitution.
         for name in re.findall(r"(?:^|\s)([A-Za-z_]\w*)=", command):
-            assert name in known_variables() | OTHER_PROGRAMS_VARIABLES, name
+            assert name in known_variables() | OTHER_PROGRAMS_VARIABLES, name  # what doctor knows
         return
     words = shlex.split(command)
     if words[:3] == ["python3", "-m", "venv"]:
@@ -393,7 +388,7 @@ def check_command(command: str) -> None:
         return
     if program == "mkdocs":
         # The docs extra installs it; CI builds the site with it.
-        docs = pyproject()["optional-dependencies"]["docs"]  # type: ignore[index]
+        docs = pyproject()["optional-dependencies"]["docs"]
         assert any(requirement.startswith("mkdocs>") for requirement in docs)
         return
     if program == "litellm":
