@@ -135,10 +135,10 @@ class FakeOpenAI(BaseHTTPRequestHandler):
         n = type(self).requests
         arguments = json.dumps({"path": "test_app.py"})
         if self.path.endswith("/chat/completions"):
-            call = {"id": f"call_{n}", "type": "function"}
-            call["function"] = {"name": "run_tests", "arguments": arguments}
+            function = {"name": "run_tests", "arguments": arguments}
+            call = {"id": f"call_{n}", "type": "function", "function": function}
             message = {"role": "assistant", "content": None, "tool_calls": [call]}
-            reply = {
+            reply: dict[str, Any] = {
                 "id": f"chatcmpl-{n}",
                 "object": "chat.completion",
                 "created": 0,
@@ -400,10 +400,12 @@ def check_command(command: str) -> None:
 
 def sidecar_routes() -> list[str]:
     pytest.importorskip("fastapi", reason="the serve extra is not installed")
+    from pydantic import SecretStr
+
     from judge.service.app import create_app
     from judge.service.settings import ServerSettings
 
-    app = create_app(ServerSettings(server_token="t" * 32))
+    app = create_app(ServerSettings(server_token=SecretStr("t" * 32)))
     return [re.sub(r"\{\w+\}", "[^/]+", getattr(route, "path", "")) for route in app.routes]
 
 
