@@ -523,3 +523,15 @@ def test_the_readme_stays_a_front_page() -> None:
     for needed in ("Install", "The 30-second example", "Integrations and commands"):
         assert needed in headings
     assert "Running the tests" in headings
+
+
+def test_benchmark_commands_exist() -> None:
+    """Each figure on docs/benchmarks.md names the command that produced it: the script
+    exists and takes every option given."""
+    text = (REPO / "docs" / "benchmarks.md").read_text("utf-8")
+    named = re.findall(r"`python (evals/\w+\.py)([^`]*)`", " ".join(text.split()))
+    assert len({script for script, _ in named}) >= 8
+    for script, arguments in named:
+        source = (REPO / script).read_text("utf-8")
+        for option in re.findall(r"--[\w-]+", arguments):
+            assert f'"{option}"' in source, f"{script} takes no {option}"
