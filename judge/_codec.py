@@ -9,19 +9,15 @@ What a record can derive is not stored: a call's parsed arguments are JSON's rea
 canonical text (`judge.history.canonical_arguments` makes that exact) and signatures are
 rebuilt from their parts. `compact` then stores each distinct long string of a whole saved
 state once, so a message quoted by the judge window, a detector window and a finding costs
-its length once (issue 12, defect 4).
+its length once.
 """
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import json
-import math
-import threading
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator
-from contextvars import ContextVar
+from collections.abc import Callable, Iterable
 from enum import Enum
 from typing import Any
 
@@ -61,8 +57,8 @@ class StepPool:
         self._decoded: dict[int, Any] = {}
 
     def ref(self, step: Any) -> dict[str, int]:
-        """The step's reference, one dict per step (each detector's window refers to the
-        same steps: building a dict per mention was a tenth of a save, issue 11)."""
+        """The step's reference, one dict per step: each detector's window refers to the
+        same steps."""
         found = self._refs.get(id(step))
         if found is None:
             found = self._refs[id(step)] = {"$ref": len(self.table)}
@@ -110,24 +106,6 @@ def _decode_call(fields: dict[str, Any]) -> ToolCall:
     )
 
 
-def _encode_record(value: Any, pool: StepPool | None) -> Any:
-    memo = _ACTIVE_MEMO.get()
-    if memo is not None and type(value) in _MEMO_TYPES:
-        return memo.encoded(value, _encode_record_now)
-    return _encode_record_now(value, pool)
-
-
-def _flat(value: tuple[Any, ...]) -> bool:
-    """A tuple of scalars and such tuples alone: immutable, and its encoding needs no pool."""
-    if type(value) is not tuple:
-        return False
-    return all(type(v) in _FLAT or (type(v) is tuple and _flat(v)) for v in value)
-
-
-def _encode_flat_tuple(value: tuple[Any, ...], pool: StepPool | None) -> Any:
-    return {"$tuple": [encode(v) for v in value]}
-
-
 # Each record type's field names: `dataclasses.fields` builds its tuple anew at every call,
 # a third of encoding a message.
 _FIELD_NAMES: dict[type, tuple[str, ...]] = {}
@@ -140,7 +118,7 @@ def _field_names(kind: type) -> tuple[str, ...]:
     return names
 
 
-def _encode_record_now(value: Any, pool: StepPool | None) -> Any:
+def _encode_record(value: Any, pool: StepPool | None) -> Any:
     name = type(value).__name__
     if name not in _RECORDS:
         raise TypeError(f"cannot encode {name}")
@@ -165,13 +143,6 @@ def encode(value: Any, pool: StepPool | None = None) -> Any:
     if kind is Message or kind is ToolCall:
         return _encode_record(value, pool)
     if isinstance(value, tuple):
-        memo = _ACTIVE_MEMO.get()
-        if memo is not None:
-            known = memo.known(value)  # remembered: no need to check it is flat again
-            if known is not None:
-                return known
-            if _flat(value):
-                return memo.encoded(value, _encode_flat_tuple)
         return {"$tuple": _encode_items(value, pool)}
     if isinstance(value, deque):
         return {"$deque": _encode_items(value, pool), "maxlen": value.maxlen}
@@ -192,8 +163,7 @@ def encode(value: Any, pool: StepPool | None = None) -> Any:
 
 def _encode_items(values: Iterable[Any], pool: StepPool | None) -> list[Any]:
     """`encode` of each item, exact scalars and the steps of a pool without a call each:
-    the detectors' windows are mostly these, and a call per item was a third of encoding
-    them (issue 11)."""
+    the detectors' windows are mostly these."""
     out: list[Any] = []
     add = out.append
     for value in values:
@@ -343,7 +313,7 @@ def expand(data: Any, table: list[Any], *, in_place: bool = False) -> Any:
     ``in_place``: ``data`` is the caller's own (just parsed from JSON), so its lists and
     dicts are changed where they stand instead of copied; a dict is rebuilt only when one
     of its keys is a reference or escaped. Only containers are walked, so a session read
-    from Redis costs one pass over its structure (issue 11).
+    from Redis costs one pass over its structure.
     """
 
     def lookup(position: Any) -> str:
@@ -394,230 +364,3 @@ def expand(data: Any, table: list[Any], *, in_place: bool = False) -> Any:
                 if isinstance(v, containers):
                     push((copy, i))
     return root[0]
-
-
-# -- one tracker's saves, remembered between turns ----------------------------------------
-
-# Records whose encoding can be reused from one save to the next: frozen, and every field
-# that `_encode_record` reads is immutable (a call's parsed value is read only for whether
-# it is None). Their encoding never holds a Step, so it does not depend on a step pool.
-# Finding is not among them: its ``details`` is a mutable dict.
-_MEMO_TYPES: frozenset[type] = frozenset({Message, ToolCall, Step})
-# Tuples of these alone are remembered too (the detectors' windows keep (signature, key)
-# pairs and token tuples turn after turn); a tuple holding anything else is encoded anew.
-_FLAT: frozenset[type] = frozenset({str, int, float, bool, type(None)})
-# Nesting the fast writer follows before it leaves the value to `compact` (which walks any
-# depth with a stack): a state's own structure is about 8 deep (detectors, windows, records).
-MAX_WRITE_DEPTH = 64
-
-
-class _MemoEntry:
-    __slots__ = ("encoded", "fragment", "record")
-
-    def __init__(self, record: Any, encoded: Any) -> None:
-        self.record = record  # held, so its id is not reused while remembered
-        self.encoded = encoded
-        # Its compact JSON as text pieces around its long strings (`CompactWriter`).
-        self.fragment: tuple[tuple[str, ...], tuple[str, ...]] | None = None
-
-
-class EncodeMemo:
-    """The encoded records (and their compact JSON) of one tracker's last save.
-
-    A sidecar saves each session after every turn, and most of what a state holds (recent
-    messages, the steps of the detectors' windows) is the same record objects as at the
-    previous save: re-encoding, re-walking and re-escaping them was most of a save's cost
-    (issue 11). Records are frozen, so an encoding found by identity is the one `encode`
-    would make again. After each save only the records that save used are kept, so the
-    memo holds no more than the tracker's current state refers to.
-    """
-
-    def __init__(self) -> None:
-        self._entries: dict[int, _MemoEntry] = {}
-        self._used: dict[int, _MemoEntry] = {}
-        self.by_encoded: dict[int, _MemoEntry] = {}
-        self.key_text: dict[str, str] = {}  # `CompactWriter`'s short keys, as JSON text
-        self.last_bytes = 0  # the size of the last save written (its writer's choice)
-        # One save at a time per tracker (the sidecar's session lock already ensures it).
-        self.lock = threading.Lock()
-
-    def encoded(self, record: Any, make: Callable[[Any, StepPool | None], Any]) -> Any:
-        """``record``'s encoding: the one remembered for this very object, else ``make``'s."""
-        known = self.known(record)
-        if known is not None:
-            return known
-        entry = _MemoEntry(record, make(record, None))
-        self.by_encoded[id(entry.encoded)] = entry
-        self._used[id(record)] = entry
-        return entry.encoded
-
-    def known(self, record: Any) -> Any:
-        """``record``'s remembered encoding (now counted as used), or None. Encodings are
-        dicts, never None."""
-        key = id(record)
-        entry = self._used.get(key) or self._entries.get(key)
-        if entry is None or entry.record is not record:
-            return None
-        self._used[key] = entry
-        return entry.encoded
-
-    @contextlib.contextmanager
-    def active(self) -> Iterator[EncodeMemo]:
-        """Encode records through this memo (in this thread) until the block ends; then
-        forget the records the block did not use."""
-        token = _ACTIVE_MEMO.set(self)
-        try:
-            yield self
-        finally:
-            _ACTIVE_MEMO.reset(token)
-            self._entries, self._used = self._used, {}
-            self.by_encoded = {id(e.encoded): e for e in self._entries.values()}
-
-
-_ACTIVE_MEMO: ContextVar[EncodeMemo | None] = ContextVar("judge_encode_memo", default=None)
-
-
-class CannotWrite(Exception):
-    """A value the fast writer leaves to `compact` and pydantic (a non-finite float, a
-    subclass of a JSON type, deep nesting), so the output stays what they make of it."""
-
-
-_escape: Callable[[str], str] = json.encoder.encode_basestring  # C-accelerated where built
-# Short keys' JSON text ("key":) kept by one tracker's save memo (or one writer): a state
-# repeats a few dozen field names (record fields, detector attributes, tags) hundreds of
-# times. Keys are also data (the paths of a $dict), so a table stops growing at this many;
-# it lives and dies with its tracker, so no session's keys outlive it.
-MAX_KEY_TEXTS = 4096
-_VALUE_REF_OPEN = '{"\\u0000s":'
-_KEY_REF_OPEN = '"\\u0000#'
-
-
-class CompactWriter:
-    """JSON text of `compact`'s output, written in one pass without building it.
-
-    The same data as ``json.dumps(compact(data))`` (long strings by position into a table
-    of distinct strings, keys starting with NUL escaped), without scrubbing: for states whose
-    strings need none (a restored tracker's, or redaction off). Records remembered by an
-    `EncodeMemo` are written once and their text reused, their long strings put back in
-    the table at each save.
-    """
-
-    def __init__(self, memo: EncodeMemo | None = None, *, fragment: bool = False) -> None:
-        self.out: list[str] = []
-        self.table: dict[str, int] = {}  # a long string's JSON text -> its position
-        self._memo = memo
-        self._keys: dict[str, str] = memo.key_text if memo is not None else {}
-        self._fragment = fragment
-        self._splits: list[int] = []
-        self._longs: list[str] = []
-
-    def _ref(self, escaped: str) -> None:
-        if self._fragment:
-            self._splits.append(len(self.out))
-            self._longs.append(escaped)
-            self.out.append("")
-            return
-        at = self.table.get(escaped)
-        if at is None:
-            at = self.table[escaped] = len(self.table)
-        self.out.append(str(at))
-
-    def _splice(self, entry: _MemoEntry, depth: int) -> None:
-        if entry.fragment is None:
-            inner = CompactWriter(self._memo, fragment=True)
-            inner._write_dict(entry.encoded, depth)
-            bounds = [*inner._splits, len(inner.out)]
-            pieces: list[str] = []
-            last = 0
-            for at in bounds:
-                pieces.append("".join(inner.out[last:at]))
-                last = at + 1
-            entry.fragment = (tuple(pieces), tuple(inner._longs))
-        parts, longs = entry.fragment
-        out = self.out
-        out.append(parts[0])
-        for position, escaped in enumerate(longs):
-            self._ref(escaped)
-            out.append(parts[position + 1])
-
-    def write(self, value: Any, depth: int = 0) -> None:
-        kind = type(value)
-        out = self.out
-        if kind is str:
-            if len(value) >= INTERN_MIN_CHARS:
-                out.append(_VALUE_REF_OPEN)
-                self._ref(_escape(value))
-                out.append("}")
-            else:
-                out.append(_escape(value))
-        elif kind is dict:
-            entry = self._memo.by_encoded.get(id(value)) if self._memo is not None else None
-            if entry is not None and entry.encoded is value:
-                self._splice(entry, depth)
-            else:
-                self._write_dict(value, depth)
-        elif kind is list:
-            if depth > MAX_WRITE_DEPTH:
-                raise CannotWrite("nested too deep")
-            out.append("[")
-            for position, item in enumerate(value):
-                if position:
-                    out.append(",")
-                item_kind = type(item)  # short strings and ints inline: most items
-                if item_kind is str and len(item) < INTERN_MIN_CHARS:
-                    out.append(_escape(item))
-                elif item_kind is int:
-                    out.append(int.__repr__(item))
-                else:
-                    self.write(item, depth + 1)
-            out.append("]")
-        elif value is None:
-            out.append("null")
-        elif kind is bool:
-            out.append("true" if value else "false")
-        elif kind is int:
-            out.append(int.__repr__(value))
-        elif kind is float and math.isfinite(value):
-            out.append(float.__repr__(value))
-        else:
-            raise CannotWrite(f"cannot write {kind.__name__}")
-
-    def _write_dict(self, value: dict[Any, Any], depth: int) -> None:
-        if depth > MAX_WRITE_DEPTH:
-            raise CannotWrite("nested too deep")
-        out = self.out
-        out.append("{")
-        first = True
-        keys = self._keys
-        for k, v in value.items():
-            if type(k) is not str:
-                raise CannotWrite("a key that is not text")
-            if not first:
-                out.append(",")
-            first = False
-            text = keys.get(k)
-            if text is not None:
-                out.append(text)
-            elif len(k) >= INTERN_MIN_CHARS:
-                out.append(_KEY_REF_OPEN)
-                self._ref(_escape(k))
-                out.append('":')
-            else:
-                text = _escape(_NUL + k if k.startswith(_NUL) else k) + ":"
-                if len(keys) < MAX_KEY_TEXTS:
-                    keys[k] = text
-                out.append(text)
-            kind = type(v)  # short strings, null and ints inline: most values
-            if kind is str and len(v) < INTERN_MIN_CHARS:
-                out.append(_escape(v))
-            elif v is None:
-                out.append("null")
-            elif kind is int:
-                out.append(int.__repr__(v))
-            else:
-                self.write(v, depth + 1)
-        out.append("}")
-
-    def strings_json(self) -> str:
-        """The table of long strings as a JSON array, in position order."""
-        return "[" + ",".join(self.table) + "]"

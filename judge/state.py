@@ -9,7 +9,7 @@ arguments), redacted unless ``redact_secrets`` is off.
 Serialized (``model_dump``, ``model_dump_json``), each distinct long string is stored once
 in a ``strings`` table (`judge._codec.compact`) and the whole is held under a byte cap
 (`fit_state`), so a saved state costs about the size of what the detectors and the judge
-window hold, not that times the number of places that quote it (issue 12, defect 4).
+window hold, not that times the number of places that quote it.
 
 With the tracker's redactor (``redact_secrets``, the default) every string of the state,
 whichever part kept it, is redacted as it enters the string table (`redacted_by`): a saved
@@ -27,7 +27,7 @@ import json
 import logging
 import threading
 import weakref
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from pydantic import (
@@ -40,15 +40,7 @@ from pydantic import (
     model_validator,
 )
 
-from judge._codec import (
-    CannotWrite,
-    CompactWriter,
-    EncodeMemo,
-    compact,
-    decode,
-    encode,
-    expand,
-)
+from judge._codec import compact, decode, encode, expand
 from judge.errors import StateError
 from judge.history import bounded
 from judge.llm.breaker import BreakerSnapshot
@@ -79,17 +71,6 @@ STATE_VERSION = 4
 # only the judge's prompt reads first (the oldest recent messages), then clips the longest
 # strings, so saving never fails and a store never holds more than about this per session.
 MAX_STATE_BYTES = 2 * 1024 * 1024
-# States up to this many bytes of JSON are saved by a sidecar without their table of long
-# strings (`TrackerState.plain_json`): a 30-turn session's state is about 30 kB, written
-# in ~0.2 ms instead of ~0.55 ms; zlib's 32 KiB window still finds most of its repeats,
-# and a larger state, where the table pays, is compacted as before.
-PLAIN_MAX_BYTES = 64 * 1024
-# How much longer the compact form can be than the plain one: a long string (at least
-# INTERN_MIN_CHARS, 50 bytes with its quotes) gains a reference of at most 20 bytes and the
-# table's comma, and the shortest key that needs escaping ("\u0000":, 10 bytes) gains 6.
-PLAIN_GROWTH_LIMIT = 2
-# The compact form's table and its key ("strings":[]) beyond that.
-PLAIN_TABLE_BYTES = 16
 # What the longest strings are clipped to when shedding the judge window is not enough:
 # head and tail around a digest, as judge.history.bounded does when a message is read.
 SHED_STRING_CHARS = 1024
@@ -284,16 +265,6 @@ def redacted_by(redactor: Redactor) -> StateScrubber:
     return StateScrubber(memo)
 
 
-def _holds_text(part: dict[str, Any]) -> bool:
-    """Whether a part of a state holds any text a redactor could change. The streamed
-    text's part is usually empty strings and flags (a tracker fed whole messages never
-    streams), and scrubbing it anyway cost ~0.15 ms of each sidecar save (issue 11); its
-    keys are the detector's attribute names, never data."""
-    return not all(
-        value is None or type(value) in (bool, int, float) or value == "" for value in part.values()
-    )
-
-
 class TrackerState(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -351,81 +322,6 @@ class TrackerState(BaseModel):
         data["strings"] = strings
         return data
 
-    def _parts(self) -> Iterator[tuple[str, Any]]:
-        """Each field's serialized name and JSON-able value, before compacting, for a state
-        the fast writers serve (see `fast_json`)."""
-        redactor = self._redactor
-        for name, field in type(self).model_fields.items():
-            if name == "stream" and redactor is not None and _holds_text(self.stream):
-                # The one part read raw (see _compact): scrubbed as the full path does.
-                value: Any = expand(*compact(self.stream, redacted_by(redactor)))
-            elif name == "redacted":
-                value = redactor is not None
-            else:
-                value = getattr(self, name)
-                if isinstance(value, BaseModel):
-                    value = value.model_dump(mode="json")
-            yield field.alias or name, value
-
-    def _fast_path(self) -> bool:
-        """Whether this state's strings need no scrubbing on the way out: a restored
-        tracker's (its strings were read redacted), or one with redaction off."""
-        return self._redactor is None or self.read_redacted
-
-    def fast_json(self, memo: EncodeMemo | None = None) -> bytes | None:
-        """This state's serialized JSON (``model_dump_json``'s content) in one pass, or None
-        when only the full path can write it.
-
-        The full path builds the compact form as data, measures it with a JSON pass and has
-        pydantic write a third; a sidecar pays that at every turn (issue 11). This writes
-        the text at once, reusing the text of records ``memo`` remembers. It serves states
-        that need no scrubbing (a restored tracker's, whose strings were read redacted, or
-        redaction off) and fit the byte cap; anything else (scrubbing, shedding, a value
-        pydantic writes its own way) returns None, for `model_dump_json`.
-        """
-        if not self._fast_path():
-            return None  # strings to scrub, each through the save's own scrubber
-        writer = CompactWriter(memo)
-        out = writer.out
-        out.append("{")
-        try:
-            for key, value in self._parts():
-                out.append(f'"{key}":')
-                writer.write(value)
-                out.append(",")
-            out.append('"strings":')
-            out.append(writer.strings_json())
-            out.append("}")
-            data = "".join(out).encode("utf-8")
-        except (CannotWrite, UnicodeEncodeError):
-            return None
-        return data if len(data) <= self._max_bytes else None
-
-    def plain_json(self, max_bytes: int = PLAIN_MAX_BYTES) -> bytes | None:
-        """This state's JSON without the table of long strings, written by pydantic-core
-        (Rust) in one call; None when it is over ``max_bytes`` or a fast writer cannot
-        serve it (then `fast_json`, or the full path).
-
-        A sidecar saves every session at every turn, and walking a state in Python to build
-        its table was half of a save (issue 11); for a small state the table saves little,
-        and the store's zlib finds the repeats within its window anyway. It reads back to
-        the same state: a state without a table is taken as it is (`expand_state`), and
-        keys starting with NUL need escaping only inside a compacted one. Written only
-        when the compact form is sure to fit the byte cap as well (it is at most twice as
-        long: see PLAIN_GROWTH_LIMIT), so the full path would not shed anything this keeps.
-        """
-        if not self._fast_path():
-            return None
-        import pydantic_core
-
-        try:
-            data = pydantic_core.to_json(dict(self._parts()), inf_nan_mode="null")
-        except (ValueError, TypeError, UnicodeError, pydantic_core.PydanticSerializationError):
-            return None  # a value only pydantic's own model path writes (deep, unknown)
-        size = len(data)
-        fits = size * PLAIN_GROWTH_LIMIT + PLAIN_TABLE_BYTES <= self._max_bytes
-        return data if size <= max_bytes and fits else None
-
     @model_validator(mode="before")
     @classmethod
     def _expand(cls, data: Any) -> Any:
@@ -434,7 +330,8 @@ class TrackerState(BaseModel):
 
 def expand_state(data: Any, *, in_place: bool = False) -> Any:
     """A serialized state's strings put back from its table (`compact`'s inverse); data
-    without a table (built in code, a state of version 2, refused by version) as it is.
+    without a table (built in code, a small state a sidecar of an earlier release saved
+    without one, a state of version 2, refused by version) as it is.
 
     ``in_place``: ``data`` was just parsed and is the caller's own (`load_session`), so
     nothing is copied; `TrackerState` copies, since its input may be a user's dict.
@@ -459,8 +356,8 @@ def redacting_reader(redactor: Redactor) -> Callable[[Any], Any]:
 
     Most messages hold no secret: when the redactor changes none of a value's strings,
     the round trip would give back an equal copy, so the value itself is returned and the
-    compacting, expanding and decoding are skipped (about 60% of a sidecar turn's reading,
-    issue 11). When one string changes, the copy is made by a walk that starts again with
+    compacting, expanding and decoding are skipped (most of a sidecar turn's reading).
+    When one string changes, the copy is made by a walk that starts again with
     the secret's pieces already known, so strings read before it in the walk may come out
     more redacted than a single walk left them, never less.
     """

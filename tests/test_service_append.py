@@ -319,3 +319,51 @@ async def test_the_live_loop_through_the_sidecar_matches_the_library(apps: list[
             if await turn():
                 break
     assert sum(bool(v) for v in verdicts) >= 2  # the first loop and the relapse
+
+
+# -- where a turn runs ------------------------------------------------------------------------
+
+
+async def test_small_turns_run_on_the_loop_and_big_ones_in_threads(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from judge.service.app import INLINE_MAX_BODY_BYTES
+
+    threaded = threaded_turns(monkeypatch)
+    n_turns = 10
+    history = failing_repeat_history(n_turns)
+    app = create_app(ServerSettings(server_token=TOKEN), MemoryStore(TrackerConfig(semantic="off")))
+    tracker = LoopTracker(TrackerConfig(semantic="off"))
+    async with client_for(app) as c:
+        # Append turns, each a couple of small messages: all inline, verdicts as the library's.
+        start = 0
+        for h in prefixes(history, n_turns):
+            r = await c.post(
+                "/v1/sessions/small/turns", json={"messages": h[start:], "start": start}
+            )
+            assert r.status_code == 200, r.text
+            assert Verdict.model_validate(r.json()) == await tracker.turn_started(h)
+            start = len(h)
+        assert threaded == []
+        # A body over the inline bound goes to a worker thread.
+        big = [{"role": "user", "content": "x" * INLINE_MAX_BODY_BYTES}]
+        assert (await c.post("/v1/sessions/big/turns", json={"messages": big})).status_code == 200
+        assert threaded == [1]
+
+
+@pytest.mark.parametrize(
+    ("settings", "config"),
+    [
+        ({"turn_cpu_budget_s": 0.5}, TrackerConfig(semantic="off")),  # budget too tight
+        ({}, TrackerConfig(semantic="off", fast_model="openai/gpt-4o-mini")),  # judge checks
+    ],
+    ids=["tight-budget", "judge-model"],
+)
+def test_turns_stay_in_threads_where_the_loop_would_not_bound_them(
+    settings: dict[str, Any], config: TrackerConfig
+) -> None:
+    from judge.service.app import inline_allowed
+
+    store = MemoryStore(config)
+    assert not inline_allowed(store, ServerSettings(server_token=TOKEN, **settings))
+    assert inline_allowed(store, ServerSettings(server_token=TOKEN)) is not bool(config.fast_model)

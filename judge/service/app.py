@@ -86,26 +86,23 @@ RETRY_AFTER_S = 1
 # by IP address, and liveness reveals nothing about any session.
 HOST_EXEMPT_PATHS = frozenset({"/healthz"})
 # A turn this small runs inline on the event loop instead of in a worker thread: the hop
-# to a thread cost ~0.17 ms of the loop's CPU plus a GIL hand-over, more than half of a
-# short turn's own 0.27 ms in the tracker (cProfile of the server, issue 11). An append
-# turn is 2-4 messages, 0.5-3 KB of JSON (evals/bench_sidecar.py sends ~0.6 KB), and the
-# detectors' cost is linear in new text (issue 11), so a turn within both bounds holds
-# the loop for about a millisecond at worst; anything larger keeps to the threads.
+# to a thread and the GIL hand-over cost about as much as a short turn's own work. An
+# append turn is 2-4 messages, 0.5-3 KB of JSON, and the detectors' cost is linear in
+# new text, so a turn within both bounds holds the loop briefly; anything larger keeps
+# to the threads.
 INLINE_MAX_BODY_BYTES = 4 * 1024
 INLINE_MAX_MESSAGES = 8
 # A store that persists (Redis) also writes the session's whole state after the turn, in
-# time linear in its size: ~2 ms for the 28 KB of a 30-turn session on one core of the
-# shared 2-core machine (evals/bench_sidecar.py). A small turn of a session whose last
-# save was at most this big still runs inline (the thread hop cost ~0.8 ms a request,
-# 15% of a Redis turn's CPU); a bigger state, or one not yet saved here, keeps to the
-# threads.
+# time linear in its size (a 30-turn session's state is about 28 KB). A small turn of a
+# session whose last save was at most this big still runs inline; a bigger state, or one
+# not yet saved here, keeps to the threads.
 INLINE_MAX_STATE_BYTES = 32 * 1024
 # An inline turn cannot be stopped mid-way, so turns stay on the watched threads when the
 # CPU budget is below this: a budget that tight means the operator wants every turn
 # bounded, and 1 s is hundreds of times what an inline turn costs.
 INLINE_MIN_BUDGET_S = 1.0
-# A body up to this size is digested (for recognising a resend) on the event loop: ~30 us;
-# a larger one in a thread (blake2b releases the GIL; 8 MiB takes ~10 ms).
+# A body up to this size is digested (for recognising a resend) on the event loop; a
+# larger one in a thread (blake2b releases the GIL, and the largest body is 8 MiB).
 INLINE_DIGEST_BYTES = 64 * 1024
 # The header a client names a turn request with, so that resending it counts no new turn.
 IDEMPOTENCY_HEADER = "Idempotency-Key"
@@ -307,34 +304,6 @@ class HostCheck:
         await _send_json(send, 400, {"detail": detail}, close=False)
 
 
-# A turn's path, matched by the fast path exactly as the route and its pattern would.
-_TURN_PATH = re.compile(r"/v1/sessions/([^/]+)/turns")
-_SESSION_ID = re.compile(f"[{SESSION_ID_CHARS}]{{1,{SESSION_ID_MAX}}}")
-_TURN_KEYS = frozenset({"messages", "start"})
-
-
-def _plain_turn(body: bytes) -> tuple[list[dict[str, Any]], int | None] | None:
-    """``(messages, start)`` when ``body`` is a `TurnRequest` with nothing to coerce or
-    refuse; None for anything else, which then goes through FastAPI's validation.
-
-    Parsed with the same ``json.loads`` FastAPI uses, so whatever it accepts here it would
-    accept there; only exact types pass (a list of objects, a non-negative int or null),
-    so no input is accepted here that pydantic would refuse or read differently.
-    """
-    try:
-        data = json.loads(body)
-    except ValueError:
-        return None
-    if type(data) is not dict or "messages" not in data or not data.keys() <= _TURN_KEYS:
-        return None
-    messages, start = data["messages"], data.get("start")
-    if type(messages) is not list or not all(type(m) is dict for m in messages):
-        return None
-    if start is not None and (type(start) is not int or start < 0):
-        return None
-    return messages, start
-
-
 def _small_save(session: Session) -> bool:
     """Whether the session's last save here was small enough for its next one to run on
     the event loop: within INLINE_MAX_STATE_BYTES and within half the state's byte cap
@@ -344,88 +313,8 @@ def _small_save(session: Session) -> bool:
     return size is not None and size <= min(INLINE_MAX_STATE_BYTES, cap // 2)
 
 
-def _json_content(value: bytes | None) -> bool:
-    """Whether FastAPI reads a body with this Content-Type as JSON (absent, or
-    ``application/json`` with parameters): other ``+json`` types take the slow path."""
-    if value is None:
-        return True
-    return value.split(b";", 1)[0].strip().lower() == b"application/json"
-
-
-class FastTurns:
-    """Serve well-formed turn requests without FastAPI's per-request machinery.
-
-    Routing, dependency solving, the request model's validation and the response model
-    cost several times a short turn's own CPU. A POST to a turn path whose token is
-    known, whose body is JSON of exactly the request model's shape, is answered here by
-    the same code as the route (`TurnHandler`), with the same error responses; any other
-    request, including every malformed one, goes to FastAPI untouched (its body replayed),
-    so errors keep their exact shape and the OpenAPI schema stays the route's.
-    """
-
-    def __init__(self, app: ASGIApp, handler: TurnHandler) -> None:
-        self.app = app
-        self.handler = handler
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        match = (
-            _TURN_PATH.fullmatch(scope["path"])
-            if scope["type"] == "http" and scope["method"] == "POST" and not scope.get("root_path")
-            else None
-        )
-        if match is None or _SESSION_ID.fullmatch(match[1]) is None:
-            await self.app(scope, receive, send)
-            return
-        authorization = content_type = idempotency = None
-        for name, value in scope["headers"]:  # the first of each, as Starlette reads them
-            if name == b"authorization" and authorization is None:
-                authorization = value
-            elif name == b"content-type" and content_type is None:
-                content_type = value
-            elif name == b"idempotency-key" and idempotency is None:
-                idempotency = value.decode("latin-1")
-        principal = self.handler.principal(authorization)
-        if principal is None or not _json_content(content_type):
-            await self.app(scope, receive, send)
-            return
-        chunks: list[bytes] = []
-        while True:
-            message = await receive()
-            if message["type"] != "http.request":
-                return  # the client went away: nobody to answer
-            chunks.append(message.get("body", b""))
-            if not message.get("more_body", False):
-                break
-        body = b"".join(chunks)
-        plain = _plain_turn(body)
-        if plain is None:
-            await self.app(scope, _replay(body, receive), send)
-            return
-        small = len(body) <= INLINE_MAX_BODY_BYTES and len(plain[0]) <= INLINE_MAX_MESSAGES
-        response = await self.handler.respond(
-            principal, match[1], *plain, small=small, body=body, idempotency_key=idempotency
-        )
-        await response(scope, receive, send)
-
-
-def _replay(body: bytes, receive: Receive) -> Receive:
-    """A receive that hands over ``body`` (already read) once, then defers to the
-    connection's own (which reports the disconnect)."""
-    sent = False
-
-    async def replay() -> Message:
-        nonlocal sent
-        if not sent:
-            sent = True
-            return {"type": "http.request", "body": body, "more_body": False}
-        return await receive()
-
-    return replay
-
-
 class TurnHandler:
-    """One turn, from a validated request to its response: shared by the route and the
-    fast path, so both answer alike (verdicts, error responses, metrics)."""
+    """One turn, from a validated request to its response, and its failures' answers."""
 
     def __init__(
         self,
@@ -442,19 +331,6 @@ class TurnHandler:
         self.principals = principals
         # Whether small turns may run on the event loop (`inline_allowed`).
         self.inline = inline
-
-    def principal(self, authorization: bytes | None) -> str | None:
-        """The principal of an Authorization header, None when it names none (the route
-        then answers, with its 401). Digest lookup as in `principal_of`."""
-        if self.principals is None:
-            return ANONYMOUS_PRINCIPAL
-        if authorization is None:
-            return None
-        scheme, _, token = authorization.partition(b" ")
-        # Non-ASCII: FastAPI reads the header as latin-1, so leave those to it.
-        if scheme.lower() != b"bearer" or not token or not token.isascii():
-            return None
-        return self.principals.get(_digest(token))
 
     async def run(
         self,
@@ -548,36 +424,6 @@ class TurnHandler:
             len(messages),
         )
 
-    async def respond(
-        self,
-        principal: str,
-        session_id: str,
-        messages: list[dict[str, Any]],
-        start: int | None,
-        *,
-        small: bool = False,
-        body: bytes | None = None,
-        idempotency_key: str | None = None,
-    ) -> Response:
-        try:
-            return await self.run(
-                principal,
-                session_id,
-                messages,
-                start,
-                small=small,
-                body=body,
-                idempotency_key=idempotency_key,
-            )
-        except (
-            HistoryError,
-            StoreError,
-            AppendConflict,
-            TurnOverBudget,
-            BadIdempotencyKey,
-        ) as exc:
-            return self.error_response(exc)
-
     def error_response(
         self,
         exc: HistoryError | StoreError | AppendConflict | TurnOverBudget | BadIdempotencyKey,
@@ -606,12 +452,10 @@ class TurnHandler:
 
 
 class SidecarApp(FastAPI):
-    """FastAPI with the Host check, the body limit and the turn fast path in front.
+    """FastAPI with the Host check and the body limit in front.
 
-    They wrap the whole app rather than sit in its middleware stack, so a fast turn skips
-    FastAPI's own layers too; everything else passes through them into FastAPI as usual.
-    A middleware added later with ``add_middleware`` therefore sees no fast turn: wrap
-    the app instead (``Middleware(app)``) if it must see every request.
+    They wrap the whole app rather than sit in its middleware stack, so a request they
+    refuse never reaches FastAPI's own layers; everything else passes through them.
     """
 
     front: ASGIApp | None = None
@@ -819,7 +663,7 @@ def create_app(
         served, runner, metrics, app.state.principals, inline=inline_allowed(served, settings)
     )
     app.front = HostCheck(
-        BodyLimit(FastTurns(app._inner, handler), max_bytes=settings.max_body_bytes),
+        BodyLimit(app._inner, max_bytes=settings.max_body_bytes),
         names=settings.host_names(),
         metrics=metrics,
     )
@@ -883,14 +727,15 @@ def create_app(
             ),
         ] = None,
     ) -> Response:
-        # Most turns never get here (`FastTurns` answers them); these are the requests
-        # it left to FastAPI's validation, which let this one through.
+        raw = await request.body()
+        small = len(raw) <= INLINE_MAX_BODY_BYTES and len(body.messages) <= INLINE_MAX_MESSAGES
         return await handler.run(
             principal,
             session_id,
             body.messages,
             body.start,
-            body=await request.body(),
+            small=small,
+            body=raw,
             idempotency_key=idempotency_key,
         )
 

@@ -13,19 +13,17 @@ from __future__ import annotations
 import hashlib
 import json
 import threading
-import weakref
 import zlib
 from dataclasses import dataclass
 from typing import Any
 
 from pydantic import ValidationError
 
-from judge._codec import EncodeMemo
 from judge.config import TrackerConfig
 from judge.errors import StateError
 from judge.llm.client import LLMClient
 from judge.llm.redaction import redactor_for
-from judge.state import PLAIN_MAX_BYTES, TrackerState, expand_state, redacting_reader
+from judge.state import TrackerState, expand_state, redacting_reader
 from judge.tracker import LoopTracker
 
 # Leads every stored session of this format; anything else is another version's.
@@ -76,9 +74,9 @@ def new_tracker(config: TrackerConfig, client: LLMClient | None = None) -> LoopT
 # Configurations whose empty state is kept: a server has one, its tests a few.
 MAX_EMPTY_STATES = 8
 # Each configuration's empty state, validated once: building a tracker, dumping its state
-# and validating that cost ~2 of a new session's 2.6 ms (issue 11: a 1,000-session run
-# starts 1,000 of them). Restoring reads a state without changing or keeping any part
-# of it, so every new session of a configuration can continue from the same one.
+# and validating that is most of what a new session costs, and a busy sidecar starts
+# thousands. Restoring reads a state without changing or keeping any part of it, so every
+# new session of a configuration can continue from the same one.
 _EMPTY_STATES: dict[int, tuple[TrackerConfig, TrackerState]] = {}
 _EMPTY_STATES_LOCK = threading.Lock()
 
@@ -102,7 +100,7 @@ def empty_state_bytes(config: TrackerConfig) -> int:
         kept = _EMPTY_STATE_BYTES.get(id(config))
     if kept is not None and kept[0] is config:
         return kept[1]
-    size = len(_state_json(new_tracker(config).state))
+    size = len(dump_tracker(new_tracker(config)))
     with _EMPTY_STATES_LOCK:
         if len(_EMPTY_STATE_BYTES) >= MAX_EMPTY_STATES:
             _EMPTY_STATE_BYTES.clear()
@@ -113,46 +111,9 @@ def empty_state_bytes(config: TrackerConfig) -> int:
 _EMPTY_STATE_BYTES: dict[int, tuple[TrackerConfig, int]] = {}
 
 
-def _state_json(state: TrackerState) -> bytes:
-    """A state's JSON as the first writer that serves it writes it (no memo kept)."""
-    return state.plain_json() or state.fast_json() or state.model_dump_json().encode("utf-8")
-
-
 def dump_tracker(tracker: LoopTracker) -> bytes:
-    """Serialize everything the tracker remembers about its conversation (plain JSON).
-
-    A session's tracker is saved after every turn, and most of its state is the same
-    records as at the last save: they are encoded once (`EncodeMemo`, one per tracker).
-    A small state is then written by pydantic-core without a table of long strings
-    (`TrackerState.plain_json`, ~0.2 ms for 30 turns), a larger one compacted in one pass
-    (`TrackerState.fast_json`, which took a 30-turn save from about 6 to 2 ms); a state
-    neither can write (to be scrubbed or shed) takes the full path. All read back alike.
-    """
-    memo = _memo_for(tracker)
-    with memo.lock, memo.active():
-        state = tracker.state
-        # A state whose last save was over the plain form's bound is not written plain
-        # first only to be refused: states change by a turn's worth between saves.
-        data = state.plain_json() if memo.last_bytes <= PLAIN_MAX_BYTES else None
-        if data is None:
-            data = state.fast_json(memo)
-    if data is None:
-        data = state.model_dump_json().encode("utf-8")
-    memo.last_bytes = len(data)
-    return data
-
-
-# Each live tracker's save memo, forgotten with the tracker.
-_SAVE_MEMOS: weakref.WeakKeyDictionary[LoopTracker, EncodeMemo] = weakref.WeakKeyDictionary()
-_SAVE_MEMOS_LOCK = threading.Lock()  # sessions are saved from several worker threads
-
-
-def _memo_for(tracker: LoopTracker) -> EncodeMemo:
-    with _SAVE_MEMOS_LOCK:
-        memo = _SAVE_MEMOS.get(tracker)
-        if memo is None:
-            memo = _SAVE_MEMOS[tracker] = EncodeMemo()
-    return memo
+    """Serialize everything the tracker remembers about its conversation (plain JSON)."""
+    return tracker.state.model_dump_json().encode("utf-8")
 
 
 def load_tracker(
@@ -216,8 +177,8 @@ def pack_session(body: bytes) -> bytes:
 
 
 def _parse(text: bytes) -> Any:
-    """JSON by pydantic-core's parser (half the time of ``json``'s for a 30-turn session,
-    issue 11), and by ``json``'s where it refuses text that ``json`` reads (a lone
+    """JSON by pydantic-core's parser (about twice as fast as ``json``'s on a session), and
+    by ``json``'s where it refuses text that ``json`` reads (a lone
     surrogate's escape), so both read every session either ever wrote."""
     import pydantic_core
 
@@ -247,7 +208,7 @@ def held_bytes(session: SessionData, state_part: int | None = None) -> tuple[int
     writes it (``state_part`` when already counted) plus its kept history entry and reply
     as JSON, the form `session_json` stores them in."""
     if state_part is None:
-        state_part = len(_state_json(session.tracker.state))
+        state_part = len(dump_tracker(session.tracker))
     try:
         tail = len(json.dumps(session.tail, separators=(",", ":")))
     except (TypeError, ValueError, RecursionError):
