@@ -16,15 +16,18 @@ Each block is checked one of three ways, and a block none of them covers fails
   exist, a ``loop-judge`` command and its options exist, an exported variable is one
   loop-judge reads, ...), the Claude Code settings name the hook's events, the proxy
   config is the tested example file, and the sample recovery message is what the tracker
-  writes today.
+  writes today. The sidecar's quick start is also run as written, on a free port.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
 import shlex
+import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -535,3 +538,45 @@ def test_benchmark_commands_exist() -> None:
         source = (REPO / script).read_text("utf-8")
         for option in re.findall(r"--[\w-]+", arguments):
             assert f'"{option}"' in source, f"{script} takes no {option}"
+
+
+@pytest.mark.slow  # starts the sidecar in a fresh interpreter
+def test_the_sidecar_quickstart_answers(tmp_path: Path) -> None:
+    """docs/serving.md's first block, run as written after its install line (the test's
+    environment has the package), on a free port: the curl gets a verdict."""
+    pytest.importorskip("fastapi", reason="the serve extra is not installed")
+    (block,) = [b for b in BLOCKS if b.page.name == "serving.md" and "loop-judge serve" in b.text]
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    script = "\n".join(
+        line for line in block.text.splitlines() if not line.startswith("pip install")
+    ).replace("8787", str(port))
+    # The venv's loop-judge and python first, as in an activated environment.
+    venv_bin = str(Path(sys.executable).parent)
+    env = hermetic_env() | {"PATH": venv_bin + os.pathsep + os.environ["PATH"]}
+    shell = subprocess.Popen(
+        ["bash", "-c", script],
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,  # its own process group, with the server it starts
+    )
+    try:
+        # Until bash is done: the server it left running holds the pipes open.
+        shell.wait(timeout=180)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(shell.pid, signal.SIGTERM)
+    out, err = shell.communicate(timeout=60)
+    # The server's banner and access log share stdout with curl's answer.
+    decoder = json.JSONDecoder()
+    answers = []
+    for start in (m.start() for m in re.finditer(r"\{\"", out)):
+        with contextlib.suppress(ValueError):
+            answers.append(decoder.raw_decode(out, start)[0])
+    verdicts = [a for a in answers if isinstance(a, dict) and "looping" in a]
+    assert verdicts, out + err
+    assert verdicts[0]["looping"] is False
