@@ -530,7 +530,7 @@ def in_process_session_bytes(turns: int) -> list[SessionBytes]:
     import anyio
 
     from judge import TrackerConfig
-    from judge.service.state import held_bytes
+    from judge.service.session_codec import held_bytes
     from judge.service.store import MemoryStore
     from judge.service.turns import run_turn
 

@@ -10,7 +10,7 @@ never crash the agent that embeds us::
     |   +-- UsageError             a command line that cannot be run (cli.shared; exit 2)
     +-- HistoryError           malformed conversation (names the message index and field)
     +-- StateError             a saved tracker state that cannot be read back
-    |   +-- StateFormatError       stored session bytes that are no state (service.state)
+    |   +-- StateFormatError       stored session bytes that are no state (service.session_codec)
     +-- TrajectoryFormatError  a recorded trajectory file that cannot be read
     +-- LoopDetected           a framework integration stopped the agent's run (carries the verdict)
     |   +-- AgentsLoopDetected     the same, an OpenAI Agents error (integrations.openai_agents)

@@ -19,8 +19,8 @@ pytest.importorskip("fastapi", reason="the serve extra is not installed")
 
 from judge import LoopTracker, TrackerConfig, Verdict
 from judge.service.app import create_app
+from judge.service.session_codec import SESSION_FORMAT, dump_tracker
 from judge.service.settings import ServerSettings
-from judge.service.state import SESSION_FORMAT, dump_tracker
 from judge.service.store import MemoryStore, RedisStore
 from tests.serving import (
     alternation_history,

@@ -156,7 +156,7 @@ def test_unreadable_state_is_a_clear_error() -> None:
 )
 def test_unreadable_state_is_a_state_error(mutate: Any) -> None:
     from judge._codec import StateError
-    from judge.service.state import StateFormatError, dump_tracker, load_tracker
+    from judge.service.session_codec import StateFormatError, dump_tracker, load_tracker
     from judge.service.store import _load_or_fresh
 
     config = TrackerConfig()

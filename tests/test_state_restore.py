@@ -27,7 +27,7 @@ from pydantic import BaseModel
 from judge import LoopTracker, TrackerConfig
 from judge._codec import compact, expand
 from judge.errors import StateError
-from judge.service.state import (
+from judge.service.session_codec import (
     SESSION_FORMAT,
     StateFormatError,
     dump_session,

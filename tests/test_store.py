@@ -21,8 +21,8 @@ import httpx
 import pytest
 
 from judge import LoopTracker, TrackerConfig, Verdict
+from judge.service.session_codec import _empty_state, dump_tracker, load_tracker, new_tracker
 from judge.service.settings import DEFAULT_LOCK_LEASE_S
-from judge.service.state import _empty_state, dump_tracker, load_tracker, new_tracker
 from judge.service.store import (
     INDEX_REFRESH_FRACTION,
     MemoryStore,

@@ -46,12 +46,12 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from judge.errors import HistoryError, LoopJudgeError
 from judge.service.metrics import CONTENT_TYPE, Metrics
+from judge.service.session_codec import request_digest
 from judge.service.settings import (
     ANONYMOUS_PRINCIPAL,
     DEFAULT_HOST,
     ServerSettings,
 )
-from judge.service.state import request_digest
 from judge.service.store import (
     ServedStore,
     Session,

@@ -49,15 +49,7 @@ import anyio
 from judge.config import TrackerConfig
 from judge.errors import LoopJudgeError, StateError
 from judge.llm.client import LLMClient
-from judge.service.settings import (
-    DEFAULT_KEY_PREFIX,
-    DEFAULT_LOCK_LEASE_S,
-    DEFAULT_LOCK_WAIT_S,
-    DEFAULT_MAX_SESSIONS,
-    DEFAULT_MAX_STORE_BYTES,
-    DEFAULT_SESSION_TTL_S,
-)
-from judge.service.state import (
+from judge.service.session_codec import (
     SessionData,
     StateFormatError,
     empty_state_bytes,
@@ -67,6 +59,14 @@ from judge.service.state import (
     new_tracker,
     pack_session,
     session_json,
+)
+from judge.service.settings import (
+    DEFAULT_KEY_PREFIX,
+    DEFAULT_LOCK_LEASE_S,
+    DEFAULT_LOCK_WAIT_S,
+    DEFAULT_MAX_SESSIONS,
+    DEFAULT_MAX_STORE_BYTES,
+    DEFAULT_SESSION_TTL_S,
 )
 from judge.state import MAX_STATE_BYTES
 from judge.tracker import LoopTracker

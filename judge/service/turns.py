@@ -18,7 +18,7 @@ from functools import partial
 from typing import Any, overload
 
 from judge.errors import LoopJudgeError
-from judge.service.state import Replay, SessionData, stored_tail
+from judge.service.session_codec import Replay, SessionData, stored_tail
 from judge.service.store import ServedStore, Session, SessionStore
 from judge.service.worker import TurnOverBudget, TurnRunner
 from judge.verdict import Verdict
