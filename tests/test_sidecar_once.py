@@ -382,7 +382,7 @@ async def test_the_byte_cap_comes_from_the_settings(monkeypatch: pytest.MonkeyPa
 async def test_the_count_between_exact_counts_stays_near_the_bytes_held() -> None:
     """A turn counts its state exactly only now and then (writing it costs about a turn);
     in between the estimate from the text read keeps the store's figure near the truth."""
-    from judge.service.state import held_bytes
+    from judge.service.session_codec import held_bytes
 
     store = MemoryStore(CONFIG)
     app = create_app(ServerSettings(server_token=TOKEN), store)
