@@ -2,7 +2,7 @@
 
 Every recorded trajectory (``evals/data`` and ``../shared/recorded``, one copy of each id)
 is replayed the way the peer harness replays it: at each turn boundary of the eval
-(`judge.evaluation.replay.assistant_turn_ends`) a detector is handed ``messages[:k]``, a
+(`judge.turns.assistant_turn_ends`) a detector is handed ``messages[:k]``, a
 new list each turn holding the same message objects. Three detectors and one reference run
 side by side, on
 the same turn, in one process, so their ratio does not depend on the machine's load:
@@ -17,8 +17,8 @@ the same turn, in one process, so their ratio does not depend on the machine's l
   over six steps;
 - a reference, ``one-regex-pass``: a single regex search over each new message's text and
   arguments, the floor for a CPython detector that reads the new text at all;
-- two floors of loop-judge itself, which show where the issue 11 goal (median 20 us per
-  turn) stands before any detector runs: ``lj-reading-only``, the history reader alone
+- two floors of loop-judge itself, which show what a turn costs before any detector
+  runs: ``lj-reading-only``, the history reader alone
   (checking each new entry's shape, so a bad one is named by index and field, and
   normalizing it), and ``lj-no-detectors``, a whole ``turn_started`` of a tracker built
   with ``detectors=[]`` (reading, pairing each call with its result, classifying and
@@ -29,6 +29,8 @@ per turn (the originals also hash and compare event objects); they are not used 
 detection anywhere else.
 
 Run from the repository root:  .venv/bin/python evals/bench_peers.py
+To compare with another commit, side by side on the same load, check it out as a git
+worktree and pass it:  .venv/bin/python evals/bench_peers.py --baseline-tree /tmp/base
 """
 
 from __future__ import annotations
@@ -36,12 +38,16 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import pickle
 import re
 import statistics
+import subprocess
+import sys
+import tempfile
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import anyio
 
@@ -154,9 +160,15 @@ class OneScan:
         return found
 
 
-def load_runs() -> list[list[dict[str, Any]]]:
-    """Each recorded run's messages, one copy per trajectory id."""
-    from judge.trajectories.dataset import load_dataset
+Semantic = Literal["auto", "on", "off"]
+# One recorded run: its messages and the turn boundaries at which a detector is asked.
+Run = tuple[list[dict[str, Any]], list[int]]
+
+
+def load_runs() -> list[Run]:
+    """Each recorded run's messages and turn ends, one copy per trajectory id."""
+    from judge.turns import assistant_turn_ends
+    from judge_eval.dataset import load_dataset
 
     runs: dict[str, list[dict[str, Any]]] = {}
     for path in DATA_PATHS:
@@ -165,7 +177,7 @@ def load_runs() -> list[list[dict[str, Any]]]:
         trajectories, _ = load_dataset(path)
         for traj in trajectories:
             runs.setdefault(traj.id, traj.messages)
-    return list(runs.values())
+    return [(messages, list(assistant_turn_ends(messages))) for messages in runs.values()]
 
 
 # Clocks a turn can be timed with: wall time (what the agent waits, and what the peers'
@@ -175,12 +187,11 @@ CLOCKS = {"wall": time.perf_counter_ns, "cpu": time.thread_time_ns}
 
 
 async def replay(
-    runs: list[list[dict[str, Any]]], semantic: str, clock_name: str = "wall"
+    runs: list[Run], semantic: Semantic, clock_name: str = "wall"
 ) -> dict[str, list[float]]:
     """Microseconds per turn of each detector, measured turn by turn side by side."""
     from judge import LoopTracker, TrackerConfig
     from judge.conversation import Conversation
-    from judge.evaluation.replay import assistant_turn_ends
 
     config = TrackerConfig(fast_model=None, confirm_model=None, semantic=semantic)
     out: dict[str, list[float]] = {
@@ -192,7 +203,7 @@ async def replay(
         "one-regex-pass": [],
     }
     clock = CLOCKS[clock_name]
-    for messages in runs:
+    for messages, ends in runs:
         tracker = LoopTracker(config)
         bare = LoopTracker(config, detectors=[])
         reader = Conversation(
@@ -204,7 +215,7 @@ async def replay(
             ("one-regex-pass", OneScan()),
             ("lj-reading-only", reader.read),
         ]
-        for end in assistant_turn_ends(messages):
+        for end in ends:
             history = messages[:end]
             for name, lj in (("loop-judge", tracker), ("lj-no-detectors", bare)):
                 started = clock()
@@ -257,6 +268,47 @@ def _load() -> str:
         return "unknown"
 
 
+def _worker(runs_file: Path, out: Path, semantic: Semantic, clock_name: str) -> None:
+    """One pass in this process, with whichever judge PYTHONPATH gives (see --baseline-tree)."""
+    with runs_file.open("rb") as f:
+        runs = pickle.load(f)
+    out.write_text(json.dumps(anyio.run(replay, runs, semantic, clock_name)))
+
+
+def against_baseline(runs: list[Run], tree: Path, args: argparse.Namespace) -> dict[str, Any]:
+    """The same passes with this checkout's judge and with ``tree``'s, in turns, one process
+    per pass, alternating which goes first, so both see the same load; the ratio of the
+    loop-judge medians (this / baseline) is taken pass by pass."""
+    here = Path(__file__).resolve().parents[1]
+    passes: dict[str, list[dict[str, list[float]]]] = {"this": [], "baseline": []}
+    with tempfile.TemporaryDirectory() as tmp:
+        runs_file = Path(tmp) / "runs.pickle"
+        with runs_file.open("wb") as f:
+            pickle.dump(runs, f)
+        for i in range(args.passes):
+            order = [("this", here), ("baseline", tree)]
+            for name, root in order if i % 2 == 0 else order[::-1]:
+                out = Path(tmp) / f"{name}-{i}.json"
+                env = {**os.environ, "PYTHONPATH": str(root)}
+                command = [sys.executable, __file__, "--worker", str(runs_file), str(out)]
+                command += ["--clock", args.clock]
+                subprocess.run(command, check=True, env=env, cwd=here)
+                passes[name].append(json.loads(out.read_text()))
+    label = f"heuristics only ({args.clock} clock)"
+    this = report(f"this checkout, {label}", passes["this"])
+    base = report(f"baseline {tree}, {label}", passes["baseline"])
+    ratios = [
+        statistics.median(new["loop-judge"]) / statistics.median(old["loop-judge"])
+        for new, old in zip(passes["this"], passes["baseline"], strict=True)
+    ]
+    ratio = statistics.median(ratios)
+    print(
+        f"\nloop-judge median per turn, this / baseline: {ratio:.3f} "
+        f"(passes: {', '.join(f'{r:.3f}' for r in ratios)}); load average {_load()}"
+    )
+    return {"this": this, "baseline": base, "ratio": ratio, "ratios": ratios}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--passes", type=int, default=PASSES)
@@ -265,13 +317,29 @@ def main() -> None:
     parser.add_argument(
         "--clock", choices=sorted(CLOCKS), default="wall", help="time turns by (default wall)"
     )
+    parser.add_argument(
+        "--baseline-tree",
+        type=Path,
+        help="another checkout (a git worktree) to measure side by side: passes alternate "
+        "between its judge and this one's, and the median ratio is reported",
+    )
+    parser.add_argument("--worker", nargs=2, type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.worker:
+        runs_file, out = args.worker
+        _worker(runs_file, out, "off", args.clock)
+        return
     runs = load_runs()
     import judge
 
     # Which checkout is measured (PYTHONPATH may point at another, to compare two commits).
     print(f"judge from {Path(judge.__file__).parent}; load average {_load()}")
-    print(f"{len(runs)} recorded runs, {sum(map(len, runs)):,} messages")
+    print(f"{len(runs)} recorded runs, {sum(len(m) for m, _ in runs):,} messages")
+    if args.baseline_tree:
+        compared = against_baseline(runs, args.baseline_tree.resolve(), args)
+        if args.json:
+            args.json.write_text(json.dumps(compared, indent=2))
+        return
     results = [
         report(
             f"heuristics only ({args.clock} clock)",

@@ -43,11 +43,11 @@ from judge.turns import assistant_turn_ends
 DATA = Path(__file__).resolve().parent / "data"
 # Heuristics only, no embeddings: the state the sidecar's default configuration keeps.
 CONFIG = TrackerConfig(semantic="off")
-# Argument and result sizes (MB); 7 MB is the issue's example (it made a 77 MB state).
+# Argument and result sizes (MB); a 7 MB argument once made a 77 MB state.
 SIZES_MB = (0.01, 0.1, 1.0, 7.0)
 # Turns per adversarial history: enough for every detector window to hold the big call.
 TURNS = 6
-# Nesting depths of "[" * n + "]" * n; 200-900 wedged a session before (issue 12).
+# Nesting depths of "[" * n + "]" * n; 200-900 once wedged a session.
 DEPTHS = (100, 200, 400, 900, 2000, 5000)
 # Hostile histories the fuzzer builds (a fixed seed, so a run is repeatable).
 FUZZ_HISTORIES = 120

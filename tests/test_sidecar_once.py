@@ -135,9 +135,8 @@ async def test_an_idempotency_key_names_the_request(apps: list[Any]) -> None:
         assert bad.status_code == 422 and "Idempotency-Key" in bad.json()["detail"][0]["msg"]
 
 
-async def test_the_validated_route_replays_too() -> None:
-    """A request FastAPI validates (not the fast path: a charset parameter on the type)
-    is recognised as a resend as well."""
+async def test_a_resend_with_a_charset_parameter_replays_too() -> None:
+    """A request whose type carries a charset parameter is recognised as a resend too."""
     app = create_app(ServerSettings(server_token=TOKEN), MemoryStore(CONFIG))
     body = json.dumps({"messages": failing_repeat_history(1)}).encode()
     headers = {"content-type": "application/json; charset=utf-8"}
