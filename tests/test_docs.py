@@ -580,3 +580,18 @@ def test_the_sidecar_quickstart_answers(tmp_path: Path) -> None:
     verdicts = [a for a in answers if isinstance(a, dict) and "looping" in a]
     assert verdicts, out + err
     assert verdicts[0]["looping"] is False
+
+
+def test_every_page_is_in_the_site_navigation() -> None:
+    yaml = pytest.importorskip("yaml")
+    config = yaml.safe_load((REPO / "mkdocs.yml").read_text("utf-8"))
+
+    def pages(entries: list[Any]) -> set[str]:
+        found: set[str] = set()
+        for entry in entries:
+            for value in entry.values():
+                found |= pages(value) if isinstance(value, list) else {value}
+        return found
+
+    on_disk = {str(p.relative_to(REPO / "docs")) for p in (REPO / "docs").rglob("*.md")}
+    assert pages(config["nav"]) == on_disk
