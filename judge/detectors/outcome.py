@@ -215,9 +215,9 @@ def mask(text: str) -> str:
 
 
 # Tokens of a data result that change on every run of the same command and carry nothing
-# about the data (issue 15, section 2): a re-read whose output differs only in these is the
-# same result. Bare numbers, percentages and hex digests are left alone: a count, a progress
-# figure or a commit hash that moves is progress. Every pattern is anchored on a literal or
+# about the data: a re-read whose output differs only in these is the same result. Bare
+# numbers, percentages and hex digests are left alone: a count, a progress figure or a
+# commit hash that moves is progress. Every pattern is anchored on a literal or
 # a bounded run of characters, so one pass is linear in the text.
 # Each entry: (gate, pattern, placeholder). The pattern is tried only when the gate passes:
 # literals one of which the lower-cased text holds, or a regex led by a literal (both are

@@ -54,8 +54,8 @@ class RepeatedRequestDetector:
     def _processed(self, text: str) -> str:
         """``utils.default_process(text)``, kept while the text is in the window: each
         request is compared with up to WINDOW others, and processing both sides of every
-        comparison again cost ~60 us a step (issue 11). The scores are the same as with
-        ``processor=default_process``, which applies this very function to both sides.
+        comparison again would cost more than the comparisons. The scores are the same as
+        with ``processor=default_process``, which applies this very function to both sides.
         Not saved state: a restored detector fills it again."""
         memo = self._memo
         found = memo.get(text)

@@ -61,7 +61,7 @@ def classify_tool(
 ) -> ToolClass:
     if explore is DEFAULT_EXPLORE_PATTERNS and modify is DEFAULT_MODIFY_PATTERNS:
         # The detectors ask with the defaults on every step: lowering ~40 patterns and
-        # hashing them for each ask cost ~10 us, far more than the answer (issue 11).
+        # hashing them for each ask would cost far more than the answer.
         return _classify_default(name)
     return _classify(name, tuple(p.lower() for p in explore), tuple(p.lower() for p in modify))
 
