@@ -1169,7 +1169,10 @@ def _resolve_url_path(m: re.Match[str]) -> tuple[list[Span], int]:
 # then an indented block), in a nested structure ({"api_key": {"value": ...}}), in a list.
 _NAME_ALONE = re.compile(
     rf"(?<![A-Za-z0-9_.\-\\]){_Q}(?P<key>[A-Za-z_][A-Za-z0-9_.\-]{{0,{_KEY_MAX}}}){_Q}"
-    r"[ \t]*[:=][ \t]*(?:[|>][+-]?[ \t]*)?(?=[\[{]|\r?\n|\\r?\\n)"
+    # A YAML block scalar's indicator, or a list's first dash, may follow on the same line
+    # (a verdict's summary joins the lines with blanks).
+    r"[ \t]*[:=][ \t]*(?:[|>][+-]?(?:[ \t]+|(?=\r?\n|\\r?\\n))|-[ \t]+"
+    r"|(?=[\[{]|\r?\n|\\r?\\n))"
 )
 # How far after such a name its value is looked for, and how many tokens are read there.
 _NEARBY = 200
@@ -1201,14 +1204,23 @@ def _resolve_name_alone(m: re.Match[str]) -> tuple[list[Span], int]:
 # What a clip left of a token: a run of token characters cut by an ellipsis. Whatever its
 # format, a random run this long is a credential's piece (the known prefixes shorter than
 # this are read by the clipped_secret rule).
-_CLIPPED_RUN = r"(?<![A-Za-z0-9_+/$.~\\-])(?P<secret>[A-Za-z0-9_+/$.~-]{12,4096})" + _ELLIPSIS
+_CLIPPED_RUN = r"(?<![A-Za-z0-9_+/$.~\\-])(?P<secret>[A-Za-z0-9_$.~-]{12,4096})" + _ELLIPSIS
+
+
+# A provider token's parts are joined by one of these ("secret_...", "<id>.atlasv1.<key>",
+# "access_token$production$..."); base64 data (a hash, a certificate, a public key, an
+# integrity string), whose clipped start is as random, has none of them, nor does the run
+# take its "+" and "/".
+_TOKEN_SEPARATORS = "_.$"
 
 
 def _clipped_like(value: str) -> bool:
     """A clipped token's piece: random by the strict test (a digit among letters of both
     cases or many class changes; "BeautifulSoup…" and "RemovedInDjango…" stay), only
     shorter, as the clip left it."""
-    return _secret_like(value, shortest=_OPAQUE_MIN_NAMED)
+    return any(c in _TOKEN_SEPARATORS for c in value) and _secret_like(
+        value, shortest=_OPAQUE_MIN_NAMED
+    )
 
 
 # A CSV that a summary flattened onto one line ("id,name,api_token,created 1,ci-bot,<token>,
@@ -1255,8 +1267,9 @@ def _resolve_csv_flat(m: re.Match[str]) -> tuple[list[Span], int]:
 # PuTTY's .ppk: a header, the public part, then "Private-Lines: N", the private key's base64
 # lines and its MAC. From Private-Lines to the end of the MAC line is hidden (or to the last
 # base64 character when the MAC is gone); the public lines stay.
-_PUTTY_LINES = re.compile(r"Private-Lines:[ \t]*(?P<n>\d{1,4})[ \t]*\r?\n")
-_PUTTY_LINE = re.compile(r"[A-Za-z0-9+/=]{1,256}(?:\r?\n|$)")
+# A verdict's summary joins the lines with blanks: those separate them as well.
+_PUTTY_LINES = re.compile(r"Private-Lines:[ \t]*(?P<n>\d{1,4})[ \t]*(?:\r?\n|[ \t])")
+_PUTTY_LINE = re.compile(r"[A-Za-z0-9+/=]{1,256}(?:\r?\n|[ \t]|$)")
 _PUTTY_MAC = re.compile(r"Private-(?:MAC|Hash):[ \t]*[0-9a-fA-F]{1,128}")
 
 
@@ -1562,7 +1575,12 @@ class _View:
 # with a run that reads as the rest of a token (`_continues`). A line of prose or a log
 # ends in a word or a number, rarely in 16 characters without a space; a token wider than
 # the terminal always does.
-_FOLD = re.compile(r"(?<=[A-Za-z0-9+/=_.~-]{16})\r?\n(?P<next>[A-Za-z0-9+/=_.~-]{1,4096})")
+# A verdict's summary joins a result's lines with a blank: after a run of 40 token
+# characters (a line of a wrapped key), a blank followed by the rest of a token is one too.
+_FOLD = re.compile(
+    r"(?:(?<=[A-Za-z0-9+/=_.~-]{16})\r?\n|(?<=[A-Za-z0-9+/=_.~-]{40}) )"
+    r"(?P<next>[A-Za-z0-9+/=_.~-]{1,4096})"
+)
 _FOLD_LINE = 40
 
 
@@ -1732,9 +1750,18 @@ class Redactor:
         """(start, end, priority, kind) of what the rules find in ``text`` as it is. A rule
         runs only where one of its trigger words occurs: most texts hold none of most."""
         lowered = text.lower()
+        # Each trigger word is looked for once per text: several rules share theirs.
+        seen: dict[str, bool] = {}
+
+        def present(word: str) -> bool:
+            found = seen.get(word)
+            if found is None:
+                found = seen[word] = word in lowered
+            return found
+
         found: list[tuple[int, int, int, str]] = []
         for priority, rule in enumerate(self._rules):
-            if rule.triggers and not any(t in lowered for t in rule.triggers):
+            if rule.triggers and not any(present(t) for t in rule.triggers):
                 continue
             found.extend((s, e, priority, kind) for kind, s, e in rule.spans(text) if e > s)
         return found
