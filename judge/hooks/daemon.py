@@ -124,6 +124,7 @@ class Daemon:
         ours = os.stat(self.path).st_ino
         listener.listen(128)
         listener.settimeout(TICK_S)
+        self._last = time.monotonic()  # idle from now: a slow start is no idle time
         pid_path = self.path + ".pid"
         with contextlib.suppress(OSError):
             fd = os.open(pid_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
