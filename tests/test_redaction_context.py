@@ -303,8 +303,24 @@ def test_a_clipped_random_run_of_no_known_format_is_hidden() -> None:
         "echo 'RXZpbCBDb3JwLCB3ZSBoYXZlIGRlbGl2ZXJlZCBvbiBvdXIgcHJvbWlzZSBh…",
         "npm_package_ver…",
         "see /usr/local/lib/python3.12/site-packages/judge/l…",
+        # clipped base64 data: a go.sum hash, an integrity string, a public key
+        "golang.org/x/net v0.24.0 h1:zQ8vN2kLp5XwR7tY1mB4cD9fG3hJ…",
+        '"integrity": "sha512-Zx9Kp2LmQ8rT4vW7yB1nC3dF6gH0jS5a…',
+        "MIIBIjANBgkqhkiG9w0BAQEFAAOCAQ8AMIIBCgKCAQEA…",
     ):
         assert redact(kept) == kept
+
+
+def test_a_summary_that_joined_the_lines_with_blanks() -> None:
+    """A verdict's summary quotes a result with its line breaks turned into blanks."""
+    token = _token(40)
+    assert token not in redact(f"oauth: client_secret: | {token} scopes: [openid]")
+    assert token not in redact(f"runner: registration_tokens: - {token} concurrent: 4")
+    private = textwrap.wrap(_b64(96), 64)
+    joined = f"Public-Lines: 1 AAAA Private-Lines: 2 {private[0]} {private[1]} Private-MAC: ab12"
+    assert private[0] not in redact(joined) and private[1] not in redact(joined)
+    pat = "github_pat_11A" + _token(82, _B62 + "_")
+    assert pat[80:] not in redact(f"$ gh auth token {pat[:80]} {pat[80:]} $ echo done")
 
 
 def test_a_csv_flattened_onto_one_line() -> None:

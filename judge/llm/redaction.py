@@ -498,6 +498,7 @@ class _PemRule(_Rule):
     triggers: tuple[str, ...] = ("private key",)
     begin: re.Pattern[str] | None = None
     end: re.Pattern[str] | None = None
+    body: re.Pattern[str] | None = None
 
     def spans(self, text: str) -> list[Span]:
         begins = self.begin or _PEM_BEGIN
@@ -519,7 +520,7 @@ class _PemRule(_Rule):
                 else:
                     end = end_match.end()
             if end is None:
-                cut = _PEM_BODY.match(text, begin.end())
+                cut = (self.body or _PEM_BODY).match(text, begin.end())
                 end = cut.end() if cut else begin.end()
             found.append((self.kind, begin.start(), end))
             pos = end
@@ -1289,11 +1290,34 @@ def _resolve_putty(m: re.Match[str]) -> tuple[list[Span], int]:
 # The SSH2 (RFC 4716, ssh.com) private key: "---- BEGIN SSH2 ENCRYPTED PRIVATE KEY ----".
 _SSH2_BEGIN = re.compile(r"---- BEGIN SSH2 (?:ENCRYPTED )?PRIVATE KEY ----")
 _SSH2_END = re.compile(r"---- END SSH2 (?:ENCRYPTED )?PRIVATE KEY ----")
+# Its headers may be quoted ('Comment: "rsa-key-2026"'), unlike a PEM block's.
+_SSH2_BODY = re.compile(rf"[A-Za-z0-9+/=\s\\:,\"'._-]{{0,{_PEM_MAX}}}")
 # A private key whose PEM is itself base64 (kubeconfig's client-key-data, a Kubernetes
 # secret's data): "-----BEGIN" encodes to "LS0tLS1CRUdJTi" at the start of the value. It is
 # read whole, its start decoded to see that a private key's BEGIN line is inside.
 _B64_PEM = re.compile(r"(?<![A-Za-z0-9+/])LS0tLS1CRUdJTi[A-Za-z0-9+/]{8,20000}={0,2}")
 _B64_HEAD = 96
+
+
+# The tail of such a key when a clip took its start: a base64 run whose end decodes to a
+# private key's END line. The dashes encode to one of these, whatever the alignment.
+_B64_RUN = re.compile(r"(?<![A-Za-z0-9+/])[A-Za-z0-9+/]{40,20000}={0,2}(?![A-Za-z0-9+/=])")
+_B64_DASHES = ("ls0tls", "0tls0t", "tls0tl")
+_B64_TAIL = 64
+
+
+def _resolve_b64_pem_tail(m: re.Match[str]) -> tuple[list[Span], int]:
+    run = m.group()
+    # A whole base64 text is a multiple of 4 long, so its end is aligned wherever a clip
+    # cut its start: the last characters decode as they are.
+    tail = run[-min(_B64_TAIL, len(run) // 4 * 4) :]
+    try:
+        decoded = base64.b64decode(tail).decode("ascii", "replace")
+    except (ValueError, binascii.Error):
+        return [], m.end()
+    if "PRIVATE KEY-----" not in decoded or "-----END" not in decoded:
+        return [], m.end()
+    return [("private_key", m.start(), m.end())], m.end()
 
 
 def _resolve_b64_pem(m: re.Match[str]) -> tuple[list[Span], int]:
@@ -1449,7 +1473,8 @@ def _builtin_rules() -> tuple[_Rule, ...]:
     ]
     envelopes: list[_Rule] = [
         _PemRule(),
-        _PemRule(triggers=("ssh2",), begin=_SSH2_BEGIN, end=_SSH2_END),
+        _PemRule(triggers=("ssh2",), begin=_SSH2_BEGIN, end=_SSH2_END, body=_SSH2_BODY),
+        _ResolvedRule("private_key", _B64_RUN, _B64_DASHES, _resolve_b64_pem_tail),
         _ResolvedRule("private_key", _PUTTY_LINES, ("private-lines",), _resolve_putty),
         _ResolvedRule("private_key", _B64_PEM, ("ls0tls1crudjt",), _resolve_b64_pem),
     ]
@@ -1461,6 +1486,13 @@ def _builtin_rules() -> tuple[_Rule, ...]:
         _ResolvedRule("opaque_token", _NAME_ALONE, _SECRET_TRIGGERS, _resolve_name_alone),
         _ResolvedRule("secret", _CSV_FLAT, _SECRET_TRIGGERS, _resolve_csv_flat),
         _PatternRule("clipped_secret", _CLIPPED_RUN, (_ELLIPSIS,), _clipped_like),
+        # A URL's user part cut before its "@" ("https://<token>…"): a host has dots.
+        _PatternRule(
+            "clipped_secret",
+            r"://(?P<secret>[A-Za-z0-9_~+-]{12,256})" + _ELLIPSIS,
+            (_ELLIPSIS,),
+            _named_secret_like,
+        ),
     ]
     return (*envelopes, *_format_rules(), *context, *opaque)
 
@@ -1634,11 +1666,10 @@ def _reader_spans(
         views.append(view)
         current = view.text
         found.extend(_back(spans_of(current), views))
-    if "\n" in current:
-        folds = _folds(current)
-        if folds:
-            views.append(_View(current, folds))
-            found.extend(_back(spans_of(views[-1].text), views))
+    folds = _folds(current)
+    if folds:
+        views.append(_View(current, folds))
+        found.extend(_back(spans_of(views[-1].text), views))
     return found
 
 
