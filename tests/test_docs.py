@@ -334,9 +334,9 @@ def check_pip_install(words: list[str]) -> None:
             assert named is not None, target
             assert set((named.group(1) or "").split(",")) - {""} <= extras, target
         elif arg.startswith("litellm["):
-            # The proxy's install keeps litellm within the range loop-judge supports.
-            (ours,) = [d for d in project["dependencies"] if d.startswith("litellm")]
-            assert arg.split("]", 1)[1] == ours.removeprefix("litellm"), arg
+            # Beside `-e .` in one command, pip keeps litellm within loop-judge's own bounds;
+            # a version given here could only disagree with them.
+            assert arg.endswith("]") and "-e" in words, arg
         elif not arg.startswith("-"):
             assert arg in THIRD_PARTY_INSTALLS, f"{arg}: not an extra, and not listed"
 
