@@ -263,6 +263,17 @@ def test_a_base64_pem_private_key_and_not_a_certificate() -> None:
     assert out == "$ base64 tls.key\n[REDACTED:private_key]\n$ ls"
 
 
+def test_the_tail_of_a_base64_pem_key_a_clip_cut() -> None:
+    """A kept copy's digest marker can cut a key's base64 anywhere: its end still decodes
+    to the private key's END line; a certificate's does not."""
+    key = base64.b64encode(_pem("RSA PRIVATE KEY", 300).encode()).decode()
+    cert = base64.b64encode(_pem("CERTIFICATE", 300).encode()).decode()
+    for cut in range(200, 204):
+        out = redact(f"data: [... 1208 chars, blake2b 0a1b ...] {key[cut:]}\n")
+        assert out == "data: [... 1208 chars, blake2b 0a1b ...] [REDACTED:private_key]\n"
+        assert redact(f"ca: {cert[cut:]}") == f"ca: {cert[cut:]}"
+
+
 def test_putty_keys_hide_the_private_lines_and_mac_only() -> None:
     public = "\n".join(textwrap.wrap("AAAAC3NzaC1lZDI1NTE5AAAAI" + _b64(33), 64))
     private = textwrap.wrap(_b64(96), 64)
@@ -284,6 +295,7 @@ def test_ssh2_private_keys_and_not_public_ones() -> None:
         "---- END SSH2 ENCRYPTED PRIVATE KEY ----"
     )
     assert redact(f"$ cat id\n{text}\n$") == "$ cat id\n[REDACTED:private_key]\n$"
+    assert redact(text[:160] + "…") == "[REDACTED:private_key]…"
     public = (
         f'---- BEGIN SSH2 PUBLIC KEY ----\nComment: "k"\n{_b64(100)}\n---- END SSH2 PUBLIC KEY ----'
     )
@@ -297,6 +309,11 @@ def test_a_clipped_random_run_of_no_known_format_is_hidden() -> None:
     token = "vnd_" + _token(40)
     assert token[:14] not in redact(f'bash({{"cmd":"login\\n{token[:30]}…) called 3x')
     assert "glpat-yN-al" not in redact("value: glpat-yN-al…)")
+    user = _token(36)
+    assert user[:12] not in redact(f"git clone https://{user[:30]}…")
+    assert (
+        redact("see https://www.example.com/very/long…") == "see https://www.example.com/very/long…"
+    )
     for kept in (
         "class RemovedInDjango…",
         "soup = BeautifulSoup…",
