@@ -38,7 +38,7 @@ _DEFERRED_MODELS = (
     "judge.response.ladder:LadderState",
     "judge.response.ladder:LadderPolicy",
     "judge.response.ladder:PatternState",
-    "judge.response.ladder:Step",
+    "judge.response.ladder:LadderStep",
     "judge.response.stats:TrackerStats",
 )
 

@@ -10,7 +10,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from judge import Action, LoopKind, LoopTracker, ResponseMode, TrackerConfig, Verdict
+from judge import Action, LoopKind, LoopTracker, TrackerConfig, Verdict
+from judge.config import ResponseMode
 from judge.decision import Combined, combine
 from judge.detectors.base import Finding
 from judge.detectors.outcome import Outcome, classify, result_key, volatile_masked

@@ -8,7 +8,8 @@ from typing import Any
 import anyio
 import pytest
 
-from judge import Action, LoopTracker, ResponseMode, TrackerConfig, Verdict
+from judge import Action, LoopTracker, TrackerConfig, Verdict
+from judge.config import ResponseMode
 from judge.response.ladder import (
     DEFAULT_LADDER,
     Ladder,

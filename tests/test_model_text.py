@@ -25,7 +25,7 @@ import pytest
 from judge import Action, LoopTracker, TrackerConfig, Verdict
 from judge.detectors.base import Finding
 from judge.llm._litellm import _import_litellm
-from judge.response.ladder import LLM_PATTERN, Ladder, LadderPolicy, RecoveryLevel, Step
+from judge.response.ladder import LLM_PATTERN, Ladder, LadderPolicy, LadderStep, RecoveryLevel
 from judge.response.recovery import (
     EXPLANATION_FIELD_CHARS,
     JUDGE_LABEL,
@@ -110,7 +110,7 @@ def leaked_runs(analysis: str, text: str, ours: str) -> list[str]:
     return sorted(run for run in runs if run in target and run not in own)
 
 
-def ladder_steps() -> list[Step]:
+def ladder_steps() -> list[LadderStep]:
     """One step per rung of the default ladder (warn, forbid, ask_user, stop), the judge's
     loop among the approaches tried next to a heuristic one."""
     lad = Ladder(LadderPolicy())
@@ -165,7 +165,7 @@ def test_a_heuristic_message_lists_the_judge_loop_by_our_label_only() -> None:
     label names the reviewed messages. A label saved before (it quoted the analysis) is
     replaced by the plain one, so a state restored from then cannot smuggle it in."""
     hostile = "no progress (LLM judge): " + CRAFTED["passive"]
-    step = Step(
+    step = LadderStep(
         action=Action.STOP,
         level=RecoveryLevel.STOP,
         rung=4,

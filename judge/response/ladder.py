@@ -64,7 +64,7 @@ class RecoveryLevel(str, Enum):
 OVERRIDES_TO_DISABLE = 3
 # The ladder's models build their pydantic schema on first validation, not at import: a
 # tracker starts from defaults (`model_construct`, no validation) and validates a
-# `PatternState` or a `Step` only on a loop verdict, so a quiet process never builds them
+# `PatternState` or a `LadderStep` only on a loop verdict, so a quiet process never builds them
 # and a hook's process starts sooner.
 _DEFERRED = ConfigDict(defer_build=True)
 
@@ -167,7 +167,7 @@ class LadderPolicy(BaseModel):
     silence_turns: int = Field(default=DEFAULT_SILENCE_TURNS, ge=1)
 
 
-class Step(BaseModel):
+class LadderStep(BaseModel):
     """The ladder's answer for one detection."""
 
     model_config = _DEFERRED
@@ -283,14 +283,14 @@ class Ladder:
             labels = [first, *(label for label in labels if label != first)]
         return labels[:TRIED_SHOWN]
 
-    def preview(self, pattern: str) -> Step:
+    def preview(self, pattern: str) -> LadderStep:
         """The step the next detection of ``pattern`` would get; changes nothing."""
         entry = self.state.patterns.get(pattern)
         count = (entry.detections if entry else 0) + 1
         overall = self.state.detections + 1
         rung = self._rung(count, overall)
         action = action_for(rung, self.policy.mode, self.policy.ladder)
-        return Step(
+        return LadderStep(
             action=action,
             level=level_for(action, rung),
             rung=rung,
@@ -300,7 +300,7 @@ class Ladder:
             tried=self._tried(),
         )
 
-    def escalate(self, pattern: str, *, label: str, kind: LoopKind | None = None) -> Step:
+    def escalate(self, pattern: str, *, label: str, kind: LoopKind | None = None) -> LadderStep:
         """Record a loop verdict for ``pattern`` and say what it calls for."""
         step = self.preview(pattern)
         entry = self.state.patterns.get(pattern)

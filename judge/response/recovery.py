@@ -29,7 +29,7 @@ from typing import Any
 from judge._prompts import read_json, read_text
 from judge.config import DEFAULT_RECOVERY_MAX_CHARS
 from judge.detectors.base import Finding
-from judge.response.ladder import RecoveryLevel, Step
+from judge.response.ladder import LadderStep, RecoveryLevel
 from judge.user_turns import RECOVERY_FENCE as RECOVERY_FENCE  # re-exported: its home
 from judge.verdict import Action, JudgeCall
 
@@ -181,8 +181,8 @@ def _sections(name: str) -> dict[str, str]:
     return {parts[i]: parts[i + 1].strip() for i in range(1, len(parts) - 1, 2)}
 
 
-def _first_step() -> Step:
-    return Step(
+def _first_step() -> LadderStep:
+    return LadderStep(
         action=Action.WARN, level=RecoveryLevel.WARN, rung=1, pattern_count=1, overall_count=1
     )
 
@@ -225,7 +225,7 @@ def _level_template(level: RecoveryLevel, first: str) -> str:
     return read_text(LEVEL_FILES[level]) if level in LEVEL_FILES else read_text(first)
 
 
-def _people(source: str, step: Step, fields: dict[str, Any], what: str) -> tuple[str, str]:
+def _people(source: str, step: LadderStep, fields: dict[str, Any], what: str) -> tuple[str, str]:
     """(summary, explanation) from the ``summary.*`` and ``explain.*`` sections."""
     sections = _sections(EXPLANATION_FILE)
     level = step.level.value
@@ -255,7 +255,7 @@ def _people(source: str, step: Step, fields: dict[str, Any], what: str) -> tuple
 
 
 def for_finding(
-    finding: Finding, step: Step | None = None, *, budget: int = RECOVERY_MAX_CHARS
+    finding: Finding, step: LadderStep | None = None, *, budget: int = RECOVERY_MAX_CHARS
 ) -> Recovery:
     """The three texts for a loop a heuristic detector found, at the ladder's ``step``."""
     step = step or _first_step()
@@ -307,7 +307,7 @@ def for_finding(
 
 def for_judge(
     call: JudgeCall,
-    step: Step | None = None,
+    step: LadderStep | None = None,
     *,
     evidence: Sequence[int] = (),
     recent_calls: Sequence[str] = (),

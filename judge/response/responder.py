@@ -38,10 +38,10 @@ from judge.response.ladder import (
     Ladder,
     LadderPolicy,
     LadderState,
+    LadderStep,
     OverrideRecord,
     RecoveryLevel,
 )
-from judge.response.ladder import Step as LadderStep
 from judge.response.stats import TrackerStats
 from judge.response.telemetry import Telemetry
 from judge.verdict import Action, JudgeCall, Origin, Verdict
