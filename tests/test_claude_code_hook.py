@@ -31,7 +31,7 @@ from judge.integrations.claude_code import (
     DEFAULT_STATE_DIR_ENV,
     HookAnswer,
     HookInputError,
-    SessionStore,
+    HookSessionFiles,
     TranscriptCursor,
     default_state_dir,
     handle_payload,
@@ -309,7 +309,7 @@ def test_concurrent_hooks_of_one_session_do_not_corrupt_state(tmp_path: Path) ->
         assert proc.stderr is not None and proc.stderr.read() == b""
     files = sorted(p.name for p in state_dir.iterdir())
     assert files == ["parallel.json", "parallel.lock"]  # no temporary file left behind
-    state = SessionStore.load(state_dir / "parallel.json")
+    state = HookSessionFiles.load(state_dir / "parallel.json")
     assert state is not None and state.tracker is not None
     assert sorted(state.done_ids) == sorted(f"toolu_par_{i}" for i in range(8))
     assert state.fed == 1 + 2 * 8  # the prompt once, then each call and its result
@@ -441,7 +441,7 @@ def test_result_comes_from_the_payload_when_the_transcript_lags(
         {**base, **call, "hook_event_name": "PreToolUse", "tool_use_id": "t2"}, state_dir=state
     )
     assert pre.action is Action.WARN and pre.deny_reason is not None
-    saved = SessionStore.load(state / "lag.json")
+    saved = HookSessionFiles.load(state / "lag.json")
     assert saved is not None and saved.fed == 4 and saved.pending == {}
     assert "rewritten" not in caplog.text
 
@@ -472,7 +472,7 @@ def test_a_rotated_transcript_is_not_fed_twice(tmp_path: Path) -> None:
     copy.write_bytes(cc.transcript.read_bytes())
     os.replace(copy, cc.transcript)
     cc.tool("Read", {"file_path": "app.py"}, "print('hi')")
-    state = SessionStore.load(cc.state_dir / f"{cc.session}.json")
+    state = HookSessionFiles.load(cc.state_dir / f"{cc.session}.json")
     assert state is not None and state.fed == 1 + 2 + 2
 
 
@@ -506,7 +506,7 @@ def test_state_files_are_private_and_old_ones_pruned(tmp_path: Path) -> None:
     assert state_file.stat().st_mode & 0o077 == 0
     old = time.time() - 8 * 24 * 3600
     os.utime(state_file, (old, old))
-    assert SessionStore(tmp_path).prune() == 1
+    assert HookSessionFiles(tmp_path).prune() == 1
     assert not state_file.exists()
 
 

@@ -3,7 +3,7 @@
 Claude Code runs a hook as a new process for each event, so the tracker cannot stay in
 memory: `HookSession` is one session's tracker plus what the hook needs to feed it (the
 transcript's byte offset, tool calls waiting for their result, calls already fed), and
-`SessionStore` keeps it in a file per session between invocations, under a lock, replaced
+`HookSessionFiles` keeps it in a file per session between invocations, under a lock, replaced
 atomically. `HookSession.answer` decides what to answer to one event; the command
 (``loop-judge hook claude-code``, `judge.cli.hook`) and the Claude Agent SDK callbacks
 (`judge.integrations.claude_agent_sdk`) are two front-ends over it.
@@ -69,9 +69,9 @@ __all__ = [
     "HookEvent",
     "HookInputError",
     "HookSession",
+    "HookSessionFiles",
     "SessionCache",
     "SessionState",
-    "SessionStore",
     "answer_raw",
     "answer_stdin",
     "default_state_dir",
@@ -779,7 +779,7 @@ def default_state_dir() -> Path:
     return Path(_client.default_state_dir())
 
 
-class SessionStore:
+class HookSessionFiles:
     """Session states in a directory: one JSON file per session, written atomically
     (a temporary file, then ``os.replace``) under an exclusive lock on a side file, so
     the hook processes of one session's parallel tool calls take turns."""
@@ -990,7 +990,7 @@ def handle_payload(
 
     event = HookEvent.parse(payload)
     config = config if config is not None else hook_config()
-    store = SessionStore(state_dir if state_dir is not None else default_state_dir())
+    store = HookSessionFiles(state_dir if state_dir is not None else default_state_dir())
     with store.locked(event.session_key) as path:
         session = cache.take(path) if cache is not None else None
         if session is None:
