@@ -1270,7 +1270,7 @@ def _resolve_csv_flat(m: re.Match[str]) -> tuple[list[Span], int]:
 # base64 character when the MAC is gone); the public lines stay.
 # A verdict's summary joins the lines with blanks: those separate them as well.
 _PUTTY_LINES = re.compile(r"Private-Lines:[ \t]*(?P<n>\d{1,4})[ \t]*(?:\r?\n|[ \t])")
-_PUTTY_LINE = re.compile(r"[A-Za-z0-9+/=]{1,256}(?:\r?\n|[ \t]|$)")
+_PUTTY_LINE = re.compile(r"[A-Za-z0-9+/=]{1,256}(?:\r?\n|[ \t]|(?=…)|$)")
 _PUTTY_MAC = re.compile(r"Private-(?:MAC|Hash):[ \t]*[0-9a-fA-F]{1,128}")
 
 
