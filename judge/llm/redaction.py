@@ -1486,10 +1486,11 @@ def _builtin_rules() -> tuple[_Rule, ...]:
         _ResolvedRule("opaque_token", _NAME_ALONE, _SECRET_TRIGGERS, _resolve_name_alone),
         _ResolvedRule("secret", _CSV_FLAT, _SECRET_TRIGGERS, _resolve_csv_flat),
         _PatternRule("clipped_secret", _CLIPPED_RUN, (_ELLIPSIS,), _clipped_like),
-        # A URL's user part cut before its "@" ("https://<token>…"): a host has dots.
+        # A URL's user part cut before its "@" ("https://<token>…"): a host has dots. Only
+        # schemes that take a user: ipfs:// and its kin put a random hash there.
         _PatternRule(
             "clipped_secret",
-            r"://(?P<secret>[A-Za-z0-9_~+-]{12,256})" + _ELLIPSIS,
+            r"\b(?:https?|git|ssh|s?ftp|wss?)://(?P<secret>[A-Za-z0-9_~+-]{12,256})" + _ELLIPSIS,
             (_ELLIPSIS,),
             _named_secret_like,
         ),
