@@ -11,8 +11,10 @@ with exactly those releases. When pip cannot, it prints the conflicting pair, as
     conflict over openai: litellm 1.106.2 needs openai<3.0.0,>=2.20.0;
     openai-agents 0.24.0 needs openai<4,>=3.0.0
 
-and exits 1. It exits 2 when the index cannot be asked (this check needs it) or pip fails in
-another way, with pip's own last lines.
+and exits 1. When the same releases do not install together even without the project (a
+conflict among them, or a release one needs missing from the index), no bound of ours is the
+cause: it says so and exits 0. It exits 2 when the index cannot be asked (this check needs
+it) or pip fails in another way, with pip's own last lines.
 
     python .ci/check-newest.py [--project DIR] [--extra integrations] [PACKAGE ...]
 
@@ -184,9 +186,10 @@ def _pip(
 
 
 def _tail(text: str, lines: int = 25) -> str:
-    """pip's last lines, less its notes about index locations it skips."""
+    """pip's last lines, less its notes about index locations it skips, each cut short (a
+    "from versions: ..." line lists every release there is)."""
     kept = [line for line in text.strip().splitlines() if "is ignored: it is neither" not in line]
-    return "\n".join(kept[-lines:])
+    return "\n".join(line if len(line) <= 300 else line[:300] + " ..." for line in kept[-lines:])
 
 
 def _dry_run(requirements: Sequence[str], *, deps: bool = True) -> list[str]:
@@ -228,6 +231,20 @@ def resolve(target: str, pinned: Sequence[str], python: str) -> int:
         print(f"check-newest: it installs ({len(resolved)} packages resolved)", flush=True)
         return 0
     status, message = diagnose(done.stdout)
+    if status == 1:
+        # Ours to fix only if the same releases install together without the project.
+        alone, _ = _pip(_dry_run(pinned), python)
+        if alone.returncode != 0:
+            _, upstream = diagnose(alone.stdout)
+            print(
+                "check-newest: WARNING: these newest releases do not install together even "
+                "without loop-judge (a conflict among them, or the index lacks a release one "
+                f"needs), so no bound of ours is the cause:\n{upstream}\n"
+                f"--- pip ---\n{_tail(alone.stdout, 12)}",
+                file=sys.stderr,
+                flush=True,
+            )
+            return 0
     print(
         f"check-newest: {target} cannot be installed with these newest releases\n"
         f"{message}\n--- pip ---\n{_tail(done.stdout)}",

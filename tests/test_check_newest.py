@@ -72,9 +72,12 @@ def test_an_unreachable_index_is_said_so(check: ModuleType) -> None:
     assert status == 2 and "could not be reached" in message
 
 
-def fake_python(tmp_path: Path, *, newest: dict[str, str], conflict: str | None) -> Path:
+def fake_python(
+    tmp_path: Path, *, newest: dict[str, str], conflict: str | None, upstream: bool = False
+) -> Path:
     """An executable that answers ``-m pip install --dry-run ... --report FILE`` the way pip
-    does: the report in FILE, or, when the project is resolved, the conflict and status 1."""
+    does: the report in FILE, or, when the project is resolved (with ``upstream``, also when
+    the releases are resolved without it), the conflict and status 1."""
     report = {"install": [{"metadata": {"name": n, "version": v}} for n, v in newest.items()]}
     script = tmp_path / "python"
     script.write_text(
@@ -84,7 +87,9 @@ def fake_python(tmp_path: Path, *, newest: dict[str, str], conflict: str | None)
         "args = sys.argv[1:]\n"
         "with open(sys.argv[0] + '.log', 'a') as log:\n"
         "    log.write(' '.join(args) + '\\n')\n"
-        "if conflict and '--no-deps' not in args:\n"
+        f"upstream = {upstream!r}\n"
+        "project = any('[integrations]' in arg for arg in args)\n"
+        "if conflict and '--no-deps' not in args and (project or upstream):\n"
         "    sys.stdout.write(conflict)\n"
         "    sys.exit(1)\n"
         "with open(args[args.index('--report') + 1], 'w') as out:\n"
@@ -153,3 +158,23 @@ def test_the_step_fails_naming_the_pair(
 def test_ci_runs_the_step() -> None:
     run = (REPO / ".ci" / "run").read_text("utf-8")
     assert ".venv/bin/python .ci/check-newest.py" in run
+
+
+def test_a_conflict_without_the_project_is_not_ours(
+    check: ModuleType, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """When the newest releases do not install together even without loop-judge (a conflict
+    among them, a release the index lacks), no bound of ours is the cause: a warning."""
+    conflict = (CAPTURED / "conflict-litellm-openai-agents.txt").read_text("utf-8")
+    python = fake_python(
+        tmp_path,
+        newest={"litellm": "1.106.2", "openai-agents": "0.24.0"},
+        conflict=conflict,
+        upstream=True,
+    )
+    assert check.main(["--python", str(python), "litellm", "openai-agents"]) == 0
+    asked = (tmp_path / "python.log").read_text("utf-8").splitlines()
+    assert "[integrations]" not in asked[-1] and "litellm==1.106.2" in asked[-1]
+    err = capsys.readouterr().err
+    assert "WARNING" in err and "even without loop-judge" in err
+    assert "conflict over openai: litellm 1.106.2 needs" in err
