@@ -9,14 +9,16 @@ servers of tests/fault_server.py on 127.0.0.1, through both of litellm's transpo
 
 from __future__ import annotations
 
+import ast
 import gzip
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from judge import LoopTracker, TrackerConfig
-from judge.llm._http import MAX_REPLY_BYTES, SDK_PROVIDERS, judge_client
+from judge.llm._http import MAX_REPLY_BYTES, OPENAI_SDK_PROVIDERS, SDK_PROVIDERS, judge_client
 from judge.llm._litellm import _import_litellm
 from judge.verdict import JudgeStage
 from tests.fakes import answer, looping_history
@@ -169,3 +171,78 @@ async def test_sdk_providers_keep_litellm_defaults() -> None:
         assert guarded.client.client.follow_redirects is False
         await guarded.aclose()
         assert guarded.client.client.is_closed
+
+
+def litellm_routes() -> dict[str, str]:
+    """{provider: the ``_complete_*`` dispatcher} as the installed litellm's ``completion``
+    sends a chat call, read from its source: the first branch of the chain that names the
+    provider wins, as it does at run time."""
+    import litellm.main
+
+    tree = ast.parse(Path(litellm.main.__file__).read_text("utf-8"))
+    [completion] = [
+        node
+        for node in tree.body
+        if isinstance(node, ast.FunctionDef) and node.name == "completion"
+    ]
+    routes: dict[str, str] = {}
+    for branch in ast.walk(completion):
+        if not isinstance(branch, ast.If):
+            continue
+        called = [
+            call.func.id
+            for statement in branch.body
+            for call in ast.walk(statement)
+            if isinstance(call, ast.Call)
+            and isinstance(call.func, ast.Name)
+            and call.func.id.startswith("_complete_")
+        ]
+        if not called:
+            continue
+        for compare in ast.walk(branch.test):
+            if not (
+                isinstance(compare, ast.Compare)
+                and isinstance(compare.left, ast.Name)
+                and compare.left.id == "custom_llm_provider"
+            ):
+                continue
+            named = compare.comparators[0]
+            values = named.elts if isinstance(named, ast.Tuple) else [named]
+            for value in values:
+                if isinstance(value, ast.Constant) and isinstance(value.value, str):
+                    routes.setdefault(value.value, called[0])
+    return routes
+
+
+def takes_an_sdk_client(source: str, dispatcher: str) -> bool:
+    """Whether litellm hands ``client=`` to an OpenAI or Azure SDK handler there."""
+    start = source.index(f"\ndef {dispatcher}(")
+    body = source[start : source.find("\ndef ", start + 1)]
+    sdk = ("_dispatch_client_openai(", "_dispatch_client_azure(", "openai_chat_completions.")
+    return any(mark in body for mark in sdk)
+
+
+async def test_the_provider_table_follows_litellms_dispatch() -> None:
+    """`SDK_PROVIDERS` is a copy of a choice litellm makes in its own ``completion``: which
+    providers get an OpenAI SDK client. Read that choice from the installed litellm, so that
+    the next release that moves a provider fails here rather than in a user's judge call (a
+    provider handed the wrong kind of client fails every call)."""
+    import litellm.main
+    import openai
+
+    source = Path(litellm.main.__file__).read_text("utf-8")
+    routes = litellm_routes()
+    assert routes["openai"] == routes["deepinfra"] and routes["anthropic"] != routes["openai"]
+    wrong = []
+    for provider, dispatcher in sorted(routes.items()):
+        sdk = takes_an_sdk_client(source, dispatcher)
+        ours = judge_client(provider, api_base=None, api_key="k", timeout=5.0)
+        if sdk and ours is not None and provider not in OPENAI_SDK_PROVIDERS:
+            wrong.append(f"{provider} ({dispatcher}) takes an SDK client, we give a handler")
+        if sdk and provider in OPENAI_SDK_PROVIDERS:
+            assert ours is not None and isinstance(ours.client, openai.AsyncOpenAI)
+        if not sdk and provider in SDK_PROVIDERS:
+            wrong.append(f"{provider} ({dispatcher}) goes over httpx, we leave it unguarded")
+        if ours is not None:
+            await ours.aclose()
+    assert not wrong, wrong

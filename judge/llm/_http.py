@@ -32,7 +32,7 @@ import ssl
 import threading
 import zlib
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import Any, cast
 
 import anyio
 
@@ -59,8 +59,10 @@ OPENAI_SDK_PROVIDERS = frozenset({"openai"})
 # for their endpoint, ``AsyncAzureOpenAI``): handed litellm's ``AsyncHTTPHandler`` they
 # would fail, so they keep litellm's defaults. Every other provider goes over
 # ``AsyncHTTPHandler`` (litellm.llms.custom_httpx), which takes ours.
-# (litellm 1.106's main.py: the dispatchers that take ``_dispatch_client_openai`` or
-# ``_dispatch_client_azure``, and its OpenAI-compatible branch.)
+# (litellm 1.110's main.py, ``completion``: the dispatchers that take
+# ``_dispatch_client_openai`` or ``_dispatch_client_azure``, and its OpenAI-compatible branch,
+# ``_complete_custom_openai``. tests/test_judge_http_providers.py reads that chain from the
+# installed litellm and fails when a release moves a provider.)
 SDK_PROVIDERS = frozenset(
     {
         "azure",
@@ -79,6 +81,7 @@ SDK_PROVIDERS = frozenset(
         "nebius",
         "wandb",
         "clarifai",
+        "bigmodel",  # joined the OpenAI-compatible branch after 1.106
     }
 )
 
@@ -313,7 +316,9 @@ def judge_client(
         sdk = openai.AsyncOpenAI(
             api_key=api_key,
             base_url=api_base,
-            http_client=http,
+            # httpx, as litellm's own OpenAI clients are: openai 3 is typed for httpx2 but
+            # takes an httpx client as well (openai._httpx2); openai 2 takes only httpx.
+            http_client=cast(Any, http),
             timeout=timeout,
             max_retries=0,  # ours (tenacity) only
         )
