@@ -6,7 +6,7 @@
 # already. Never fails the CI run: on any error it prints a banner that says the tier will
 # be skipped and why, on stdout and stderr so CI's log shows it whichever stream is read,
 # keeps the reason in .venv/real-model-tier-skipped.txt and exits 0;
-# tests/test_real_model.py then skips with that reason and says so in pytest's warnings
+# tests/llm/test_real_model.py then skips with that reason and says so in pytest's warnings
 # summary.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -32,7 +32,7 @@ warn() {
     banner=$(printf '%s\n' \
         "########################################################################" \
         "# REAL-MODEL TIER WILL BE SKIPPED: $*" \
-        "# (.ci/install-llama.sh; tests/test_real_model.py will not run)" \
+        "# (.ci/install-llama.sh; tests/llm/test_real_model.py will not run)" \
         "########################################################################")
     echo "$banner"
     echo "$banner" >&2

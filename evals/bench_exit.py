@@ -13,7 +13,7 @@ With ``--baseline-tree`` each run is made in both trees, side by side (a child i
 package of the tree it runs in: ``python -c`` puts its working directory first on
 ``sys.path``). Prints each abnormal exit as it happens and a summary per tree; exits 1
 when any run of this tree was abnormal. The test suite runs a bounded version of this
-loop (tests/test_clean_exit.py).
+loop (tests/tracker/test_clean_exit.py).
 """
 
 from __future__ import annotations

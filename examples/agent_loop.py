@@ -9,7 +9,7 @@ The LLM judge is real code talking to a fake model: an OpenAI-compatible server 
 127.0.0.1, started here, that answers every judge request with a fixed assessment. Swap
 in a real one by changing two lines (see ``judge_config``), e.g.
 ``TrackerConfig(fast_model="gemini/gemini-2.5-flash")`` with ``GEMINI_API_KEY`` set.
-Nothing leaves this machine. tests/test_examples.py runs this file.
+Nothing leaves this machine. tests/project/test_examples.py runs this file.
 """
 
 from __future__ import annotations

@@ -47,7 +47,7 @@ logger = logging.getLogger("judge.config")
 ENV_PREFIX = "LOOP_JUDGE_"
 # Read by the Claude Code hook's client (judge.hooks.client), which reads os.environ itself
 # because it starts without pydantic, before any tracker exists; known here so they are
-# never reported as typos. tests/test_config.py checks every LOOP_JUDGE_ name in judge/.
+# never reported as typos. tests/tracker/test_config.py checks every LOOP_JUDGE_ name in judge/.
 HOOK_VARIABLES = frozenset(
     ENV_PREFIX + name
     for name in ("HOOK_STATE_DIR", "HOOK_SOCKET_DIR", "HOOK_IDLE_S", "HOOK_TRACE", "HOOK_DAEMON")

@@ -28,7 +28,7 @@ from judge.errors import ConfigError, JudgeError
 __all__ = ["EXTRAS", "add_parser", "run"]
 
 # Each extra of pyproject.toml and the modules that tell it is installed (looked up, not
-# imported: some take seconds). tests/test_doctor.py checks this against pyproject.toml.
+# imported: some take seconds). tests/cli/test_doctor.py checks this against pyproject.toml.
 # `semantic` is empty: its packages are default dependencies now, the extra is
 # kept so old install commands work, and the "semantic model" line reports them instead.
 EXTRAS: dict[str, tuple[str, ...]] = {
