@@ -338,12 +338,21 @@ class Ladder:
 
         return redacted_by(redactor)
 
-    def override(self, pattern: str, reason: str, *, label: str | None = None) -> OverrideRecord:
+    def override(
+        self,
+        pattern: str,
+        reason: str,
+        *,
+        label: str | None = None,
+        public: Callable[[str], str] | None = None,
+    ) -> OverrideRecord:
         """A person says "keep going" about ``pattern``; friction grows with each one.
 
         The 1st silences it for ``silence_turns`` turns, the 2nd for twice that, the 3rd
         disables it for the rest of the session. An open recovery attempt is dropped: the
-        person, not the agent, ended the loop.
+        person, not the agent, ended the loop. The record kept in the state is scrubbed for
+        saving; the one returned is scrubbed by ``public`` when given (the caller's own
+        placeholders, the same as on the verdict it answers), else the same way.
         """
         entry = self.state.patterns.get(pattern)
         if entry is None:
@@ -371,16 +380,19 @@ class Ladder:
                 f"turns; {left} more override(s) turn its detection off for the session "
                 f"({name})"
             )
-        clean = self._record_scrub()
-        pattern_text = clean(pattern)  # first: it holds the whole call, the label a clip
-        record = OverrideRecord(
-            pattern=pattern_text,
-            reason=clean(reason),
-            turn=self.state.turn,
-            count=count,
-            silenced_until=entry.silenced_until,
-            disabled=entry.disabled,
-            message=clean(message),
-        )
+
+        def scrubbed(clean: Callable[[str], str]) -> OverrideRecord:
+            pattern_text = clean(pattern)  # first: it holds the whole call, the label a clip
+            return OverrideRecord(
+                pattern=pattern_text,
+                reason=clean(reason),
+                turn=self.state.turn,
+                count=count,
+                silenced_until=entry.silenced_until,
+                disabled=entry.disabled,
+                message=clean(message),
+            )
+
+        record = scrubbed(self._record_scrub())
         self.state.overrides.append(record)
-        return record
+        return record if public is None else scrubbed(public)

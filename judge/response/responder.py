@@ -498,12 +498,17 @@ class Responder:
             raise TypeError("override() takes a loop Verdict or its non-empty pattern string")
         # A published verdict carries the redacted pattern; the ladder knows the real one.
         pattern = self._patterns.get(pattern, pattern)
-        record = self.ladder.override(pattern, reason, label=label)
+        # The ladder saves the record with the state's plain markers; the caller gets it with
+        # this tracker's own placeholders, so record.pattern equals the verdict's pattern.
+        # redacted_by also catches the pieces of a secret in a label clipped mid-secret.
+        outward = self.outward_redactor()
+        public: Callable[[str], str] | None = None
+        if outward is not None:
+            from judge.state import redacted_by
+
+            public = redacted_by(outward)
+        record = self.ladder.override(pattern, reason, label=label, public=public)
         self.stats.overrides += 1
-        # The ladder keeps the real pattern; the caller gets the published one.
-        record = record.model_copy(
-            update={"pattern": self.scrub(record.pattern), "message": self.scrub(record.message)}
-        )
         log = logger.warning if record.disabled else logger.info
         log("%s; reason: %s", record.message, self.scrub(reason))
         return record
