@@ -64,7 +64,7 @@ _APPLYING_BLOCK: ContextVar[bool] = ContextVar("loop_judge_applying_block", defa
 # paragraph or two (~1,500 chars, ~400 tokens) steers without crowding out the task.
 DEFAULT_RECOVERY_MAX_CHARS = 1500
 
-# Defaults from gemini-cli's loopDetectionService (the design notes we started from):
+# Defaults from gemini-cli's loopDetectionService, a tested starting point:
 # LLM checks start at turn 30, interval 3 until the first answer, then 5..15 turns
 # adapted from the confidence; 0.9 confidence means a loop; the judge sees 20 messages.
 DEFAULT_CHECK_AFTER_TURNS = 30
@@ -126,7 +126,8 @@ DEFAULT_OVERALL_EVERY = 2
 # one read-edit-test round of a coding agent (our recorded loops relapse within 1-3 turns).
 DEFAULT_RECOVERY_TURNS = 5
 # A person's first "keep going" silences a pattern this many turns; each further one
-# doubles it, and the third disables the pattern for the session (issue 6: friction grows).
+# doubles it, and the third disables the pattern for the session: a person who keeps
+# saying so has judged the pattern, and each answer should buy more quiet than the last.
 DEFAULT_SILENCE_TURNS = 10
 
 # Read-only tools: repeating them is cheap and often legitimate (re-listing after a change).
@@ -198,7 +199,7 @@ DEFAULT_MODIFY_PATTERNS: tuple[str, ...] = (
     "install*",
 )
 
-# Detector thresholds per preset. "balanced" is the design notes' default: an exploration
+# Detector thresholds per preset. "balanced" is the default: an exploration
 # tool may repeat 10 times (the 11th identical call is a loop), a modifying tool 2, others
 # 3; three identical failures in a row are a loop whatever the tool.
 PRESETS: dict[str, dict[str, Any]] = {
@@ -517,7 +518,8 @@ class TrackerConfig(EnvSettings):
     cycle_repeats: int = 2
     retry_min_variants: int = 4
     retry_similarity: float = 0.9
-    # "within the last 10 calls" (design notes)
+    # Calls searched for near-identical variants of the newest: retries of one failing call
+    # come close together, and a short window keeps unrelated look-alikes apart.
     retry_window: int = 10
     result_cycle_min: int = 4
     text_similarity: float = 0.95
@@ -531,7 +533,7 @@ class TrackerConfig(EnvSettings):
     tool_limits: dict[str, int] = Field(default_factory=dict)
     detector_weights: dict[str, float] = Field(default_factory=lambda: dict(DEFAULT_WEIGHTS))
     # Compare delegated requests by meaning with a small embedding model (its packages are
-    # default dependencies, issue 15): "auto" uses it wherever they are installed, so in every
+    # default dependencies): "auto" uses it wherever they are installed, so in every
     # default install; "on" requires them (EmbeddingsUnavailable otherwise); "off" never
     # imports onnxruntime or numpy and falls back to literal request similarity.
     semantic: Literal["auto", "on", "off"] = "auto"

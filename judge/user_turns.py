@@ -30,7 +30,7 @@ from judge.history import OBSERVATION_NAME, Message
 # How every shipped recovery template opens (judge/response/recovery.py re-exports it): the
 # tracker knows its own message by this when an agent appends it to the history as a user
 # message. Defined here, where every turn reads it, so that reading a turn does not import
-# the recovery texts, needed only on a loop verdict (issue 11, cold start).
+# the recovery texts, needed only on a loop verdict (a fresh process answers its first turn sooner).
 RECOVERY_FENCE = "```loop-judge"
 
 # How text-only agents mark tool output in a user message; only the opening is read, so

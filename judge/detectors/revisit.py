@@ -1,6 +1,6 @@
 """Reading again what was already read, with nothing changed since.
 
-Two shapes of one loop (issue 15, section 2) that identical-call counting misses:
+Two shapes of one loop that identical-call counting misses:
 
 - the same target re-read in a row with an unchanged result, the call identical or worded a
   little differently: ``ls ./src``, ``ls src/``, ``ls /repo/src``; a creeping ``max_depth``
@@ -41,7 +41,7 @@ from judge.verdict import LoopKind
 #   looping     dev 68 runs: 0 or 1 (63), 4-6 (4), 12 (1) | coding_dev 19 runs: 1
 # No productive run re-reads a target unchanged a third time in a row, so the fourth read is
 # a loop (one read of margin). Real loops re-read with other steps in between (the returns
-# below); the explore class limit of 10 (design notes) stays for targetless calls such as
+# below); the explore class limit of 10 (`explore_repeat_limit`) stays for targetless calls such as
 # status polls.
 READ_RUN_LIMIT = 3
 # Recent steps searched for content read before (the exact-repeat detector's recur_window).

@@ -77,7 +77,7 @@ _CREDENTIAL_HINTS = (
     "no api key",
 )
 _CREDENTIAL_PATTERN = re.compile(r"missing \w+( \w+)? api[ _]key", re.IGNORECASE)
-# An error stored on a verdict is one line (README: "one line in verdict.errors"): litellm
+# An error stored on a verdict is one line (docs/judge.md promises it in verdict.errors): litellm
 # folds a traceback into some messages, which stops at the first of these.
 # The statuses a server answers a missing or rejected key with.
 _AUTH_STATUSES = (401, 403)

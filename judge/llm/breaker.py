@@ -31,7 +31,8 @@ class BreakerSnapshot(BaseModel):
     """The circuit breaker, with the cool-down as time left: monotonic clocks of two
     processes cannot be compared."""
 
-    # Built on first validation (a saved state), not at import (issue 11, cold start).
+    # Built on first validation (a saved state), not at import: a fresh process answers its
+    # first turn sooner.
     model_config = ConfigDict(defer_build=True)
 
     failures: int = 0

@@ -21,7 +21,7 @@ def token_count(value: object) -> int | None:
     """A token count as an endpoint reported it, or None when it is not one (negative,
     fractional, a bool, text): a usage block is the endpoint's word, not a number we trust
     (a negative count would give tokens back and keep max_judge_tokens from ever being
-    reached; issue 12)."""
+    reached)."""
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
         return None
     return value
@@ -34,7 +34,7 @@ def call_tokens(call: JudgeCall, prompt_chars: int) -> int:
     charged the prompt's estimated size, so a provider without usage reports cannot spend
     without limit; a budget errs on the side of stopping early. A reported count that is
     not a count (negative: an endpoint would otherwise give tokens back and never reach
-    max_judge_tokens, issue 12) counts as unreported, and the prompt is charged at least
+    max_judge_tokens) counts as unreported, and the prompt is charged at least
     its estimate.
     """
     estimate = -(-max(prompt_chars, 0) // CHARS_PER_TOKEN)
