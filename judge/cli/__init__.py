@@ -50,7 +50,7 @@ PLUGINS_ENV = "PYDANTIC_DISABLE_PLUGINS"
 def _run_hook(argv: list[str]) -> int:
     """The hook command. Its process is ours and lives for one event, so pydantic's plugin
     scan (every installed distribution's entry points, read at the first schema build,
-    ~12 ms of each call) is skipped, unless the environment already sets
+    a large share of each call) is skipped, unless the environment already sets
     ``PYDANTIC_DISABLE_PLUGINS`` (the user's choice wins). Set for this call only: a
     process that called `main` keeps its plugins afterwards (pydantic caches no answer
     while they are off, and one that already scanned keeps its own). The library itself

@@ -1,4 +1,4 @@
-"""``loop-judge hook claude-code``: the Claude Code hook command (issue 13).
+"""``loop-judge hook claude-code``: the Claude Code hook command.
 
 Claude Code runs it once per hook event with the event's JSON on stdin; it answers with
 exit code 0 and, only when it has something to say, the hook's JSON on stdout (see
@@ -60,7 +60,7 @@ PLUGINS_ENV = "PYDANTIC_DISABLE_PLUGINS"
 def main(argv: list[str], raw: bytes | None = None) -> int:
     """``loop-judge hook ...`` (``argv`` with ``hook``) answered in process, with the
     event's bytes ``raw`` when stdin was read already (by the daemon's client). As
-    `judge.cli`'s hook path: pydantic's plugin scan (~12 ms of each call) skipped for this
+    `judge.cli`'s hook path: pydantic's plugin scan (a large share of each call) skipped for this
     call only, unless the environment already says (the user's choice wins)."""
     preset = PLUGINS_ENV in os.environ
     if not preset:

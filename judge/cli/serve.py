@@ -58,7 +58,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
 
 def http_protocol(request_timeout_s: float) -> type[Any]:
     """The HTTP/1.1 protocol class with the per-request read deadline: httptools (C) where
-    it is installed, else h11 (uvicorn's pure-Python parser, ~0.4 ms more CPU a request).
+    it is installed, else h11 (uvicorn's pure-Python parser, more CPU a request).
 
     Both are guarded alike (`judge.service.protocol`, `judge.service.protocol_httptools`):
     a deadline on each request and a 16 KiB cap on its head.

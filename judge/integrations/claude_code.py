@@ -904,9 +904,10 @@ def _run_without_loop(turn: Coroutine[Any, Any, HookAnswer]) -> HookAnswer:
 
     Without a judge model the tracker never awaits anything that suspends (no judge check;
     the hook passes no ``on_loop``), so the coroutine ends on its first step. Starting an
-    event loop for it (``anyio.run``) cost every PostToolUse and Stop ~50 ms of imports
-    (asyncio and anyio's backend) and loop set-up (issue 11). Should it ever suspend, it
-    is closed and this raises: the caller saves no state, so nothing is half-recorded.
+    event loop for it (``anyio.run``) cost every PostToolUse and Stop the imports of asyncio
+    and anyio's backend and a loop's set-up, more than the event's own work. Should it ever
+    suspend, it is closed and this raises: the caller saves no state, so nothing is
+    half-recorded.
     """
     try:
         turn.send(None)

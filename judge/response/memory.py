@@ -60,7 +60,7 @@ CREATE TABLE IF NOT EXISTS fingerprints (
 class MemoryEntry(BaseModel):
     """One remembered loop pattern, as stored."""
 
-    # Built when the first entry is read, not at import (issue 11, cold start).
+    # Built when the first entry is read, not at import: a fresh process answers sooner.
     model_config = ConfigDict(defer_build=True)
 
     fingerprint: str

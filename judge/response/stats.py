@@ -18,7 +18,7 @@ class TrackerStats(BaseModel):
     """Running totals; every number is a plain count or sum, safe to export as metrics."""
 
     # Built on first validation (a restore, a copy read back), not at import: a tracker
-    # starts from `model_construct` (issue 11, cold start).
+    # starts from `model_construct`, and a schema built at import would slow a cold start.
     model_config = ConfigDict(defer_build=True)
 
     turns: int = 0
@@ -42,8 +42,8 @@ class TrackerStats(BaseModel):
     @classmethod
     def fresh(cls) -> TrackerStats:
         """All zero, without validation (the schema is built on first use). The dicts are
-        given: pydantic reads each default factory's signature when it calls one, ~0.1 ms
-        apiece for every tracker a sidecar session builds or restores (issue 11)."""
+        given: pydantic reads each default factory's signature when it calls one, a cost
+        paid for every tracker a sidecar session builds or restores."""
         return cls.model_construct(detections_by_kind={}, detections_by_source={}, actions={})
 
     def record_check(self, verdict: Verdict) -> None:

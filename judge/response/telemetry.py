@@ -90,9 +90,10 @@ class Telemetry:
     @classmethod
     def deferred(cls) -> Telemetry:
         """`default`, looked up at the first event (a judge check or a loop verdict) rather
-        than now: a tracker whose turns are all quiet never imports opentelemetry (issue 11:
-        ~7 ms of a cold start). The API's global tracer and meter are proxies that follow a
-        provider set later, so looking them up later changes nothing else."""
+        than now: a tracker whose turns are all quiet never imports opentelemetry (its
+        import is a large part of a cold start). The API's global tracer and meter are
+        proxies that follow a provider set later, so looking them up later changes nothing
+        else."""
         return _Deferred()
 
     @property

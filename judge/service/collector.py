@@ -1,4 +1,4 @@
-"""The server process's garbage collector, tuned for many live sessions (issue 11).
+"""The server process's garbage collector, tuned for many live sessions.
 
 A sidecar keeps every session's tracker alive between turns, and each save builds a
 state's data afresh: a great many container objects, nearly all of which die young or

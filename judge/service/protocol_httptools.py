@@ -1,8 +1,8 @@
 """uvicorn's httptools protocol (a C HTTP/1.1 parser) with the same guards as the h11 one.
 
 `judge.service.protocol` puts a read deadline on each request (slowloris) on top of h11,
-uvicorn's pure-Python parser, which costs ~0.4 ms of the server's CPU per request: a third
-of what a short turn costs in all. Where httptools is installed (the ``serve`` extra has
+uvicorn's pure-Python parser, whose parsing is a large share of the server's CPU for a
+short turn. Where httptools is installed (the ``serve`` extra has
 it on every platform with wheels), this protocol parses in C and keeps both guards h11
 gave the sidecar:
 

@@ -114,17 +114,17 @@ TOKEN_BYTES = 16
 # The live-session index (the metrics gauge's) is refreshed by a session's saves at most
 # once per this fraction of the idle TTL: a session then leaves the gauge at most 1/60 of
 # its TTL early (1 minute of the default hour), and most turns save in one command; the
-# index was a second command at every save (issue 11).
+# index was a second command at every save.
 INDEX_REFRESH_FRACTION = 1 / 60
 
 # Each turn costs two round trips: one script takes the lock and reads the session, one
 # saves it and releases the lock (redis-py's Lock took four: acquire, read, save, release,
-# and each command costs the server's loop ~0.1 ms of redis-py besides the wait); a save
+# and each command costs the server's loop redis-py's own CPU besides the wait); a save
 # that refreshes the index adds a third.
 
 # Every script is sent as EVAL with its text, not registered with redis-py: its script
-# object checks its client against a Protocol at each call (~0.1 ms, 3% of a Redis turn's
-# CPU, issue 11) and runs a pipeline holding one only after a SCRIPT EXISTS round trip of
+# object checks its client against a Protocol at each call (a measurable share of a Redis
+# turn's CPU) and runs a pipeline holding one only after a SCRIPT EXISTS round trip of
 # its own. Redis compiles a text once and keeps it by digest, and EVAL cannot miss a
 # script that a restart or SCRIPT FLUSH lost.
 
