@@ -1,10 +1,10 @@
-"""What a fresh process pays before loop-judge answers its first turn (issue 11).
+"""What a fresh process pays before loop-judge answers its first turn.
 
 Every CLI run and every Claude Code hook event is a new process, and a script that builds
 one tracker pays the same once. This prints, side by side, the medians of ``--runs`` fresh
 processes for: ``import judge``; building the first ``LoopTracker`` (its ``TrackerConfig``
 included: that is where pydantic is imported and its first schema built); the first
-``turn_started`` with no judge model, run by ``anyio.run`` as the README shows, timed in
+``turn_started`` with no judge model, run by ``anyio.run`` (a script's own event loop), timed in
 two parts: starting the event loop (which an agent already inside one does not pay) and
 the call itself, from inside the running loop; their sum; and the Claude Code hook's cold
 start per event (`bench_hook`'s session, 40 tool calls in). Two rows give the scale:

@@ -27,7 +27,7 @@ after ``--turns`` turns and for one whose last tool result is 7.9 MB.
 The client is a small keep-alive HTTP/1.1 pool on asyncio streams (~30 us per request),
 so the figures are the server's, not an HTTP library's (``--client httpx`` drives the
 servers with httpx instead, the client of the first release's ``evals/bench_server.py``,
-whose figures issue 11 quotes: there the client is what saturates a core); client and
+kept so its older figures can be compared: there the client is what saturates a core); client and
 server still share the machine's cores, so they are a floor for a server with cores of
 its own. Each row says how many cores each side used (CPU seconds over wall seconds: the
 client's from its own process clock, the server's from /proc). Requests wait for a free

@@ -2009,7 +2009,7 @@ def _n_two_reads(r: Run) -> int | None:
 
 # ---------------------------------------------------------------------------------------
 # Loops that hide from identical-call counting, and their productive look-alikes
-# (issue 15, section 2: creeping arguments, path variants, unchanged re-reads)
+# (creeping arguments, path variants, unchanged re-reads)
 # ---------------------------------------------------------------------------------------
 
 

@@ -8,8 +8,9 @@ A ``.traj`` file is a JSON object with (depending on the SWE-agent version):
   "response", "state"?, ...}``;
 * ``info``, ``environment``, ``replay_config``: run metadata.
 
-The mapping follows shared/recorded/README.md so imported files look like the recorded ones:
-a text action becomes one call per turn - SWE-agent interface commands (``open``, ``edit``,
+The mapping follows the recorded SWE-agent runs (evals/data/recorded/swe_agent_repo) so
+imported files look like them: a text action becomes one call per turn - SWE-agent
+interface commands (``open``, ``edit``,
 ``find_file``, ``scroll_down``, ``submit``, ``debug_*`` ...) keep their name with
 ``{"args": "<rest of the action>"}``, anything else is a shell command
 ``bash {"command": ...}``; the thought is the assistant content and the next observation is
