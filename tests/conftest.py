@@ -13,7 +13,7 @@ with contextlib.suppress(ImportError):  # a partial install without the semantic
     # Imported here, before any tracker starts the semantic detector's background load: a
     # tracker built in one test imports numpy in that thread, and `pytest.approx` in a later
     # test reads `sys.modules["numpy"]` without importing it, so it could find the module
-    # half-initialized ("partially initialized module 'numpy'"; README, "The detectors").
+    # half-initialized ("partially initialized module 'numpy'"; docs/detectors.md).
     import numpy  # noqa: F401
 
 

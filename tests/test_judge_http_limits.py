@@ -1,5 +1,5 @@
-"""A hostile judge endpoint or caller object cannot cost memory, money or the prompt
-(issue 12, defect 8, client side).
+"""A hostile judge endpoint or caller object cannot cost memory, money or the prompt:
+the client guards itself against a server it does not control.
 
 Real requests through litellm to the misbehaving servers of tests/fault_server.py on
 127.0.0.1: a gzip bomb, a redirect to a second server, usage blocks with negative token

@@ -1,4 +1,4 @@
-"""A judge model with no API key (issue 14): said once when the tracker is built, never
+"""A judge model with no API key: said once when the tracker is built, never
 retried as an outage, and one line on the verdict."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The litellm proxy guardrail's log lines carry no secret (issue 12, defect 2).
+"""The litellm proxy guardrail's log lines carry no secret.
 
 The guardrail logs each loop verdict's summary at WARNING; a looping call whose arguments
 hold a password used to land in the proxy's log verbatim.
