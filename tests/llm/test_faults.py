@@ -3,9 +3,9 @@
 One test per fault. Each drives a real `LoopTracker` through litellm over a real socket and
 asserts what the tracker did (requests made, attempts, backoff asked for, the schedule) and
 what the verdict says (``errors``, ``judge_calls``). ``turn_started`` must never raise: every
-test awaits it bare, so an exception fails the test. Every turn is timed against the bound
-the README promises: attempts x (timeout_s + watchdog grace) plus the backoff, which an
-injected sleep records instead of sleeping.
+test awaits it bare, so an exception fails the test. Every turn is timed against its bound,
+so an outage cannot hold a turn up longer: attempts x (timeout_s + watchdog grace) plus the
+backoff, which an injected sleep records instead of sleeping.
 
 Each test runs with both of litellm's transports (aiohttp, its default, and httpx).
 """

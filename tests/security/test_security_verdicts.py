@@ -1,4 +1,4 @@
-"""What leaves the tracker (issue 12, defects 2 and 3; issue 13, logging).
+"""What leaves the tracker: verdicts, log lines and telemetry, each read outside the agent.
 
 * Every text a verdict carries, every log line and every telemetry attribute goes through
   the tracker's redactor: a secret in a looping call's arguments is never in any of them.
@@ -193,7 +193,7 @@ async def test_the_judge_label_in_later_messages_is_the_quoted_opinion() -> None
         assert not _ORDERS.search(body), body
 
 
-# -- issue 13: logging -----------------------------------------------------------------------------
+# -- logging -----------------------------------------------------------------------------
 
 
 def judge_lines(caplog: pytest.LogCaptureFixture) -> list[logging.LogRecord]:

@@ -1,4 +1,4 @@
-"""No secret in a saved tracker state or an override record (issue 12, the saved-state gap).
+"""No secret in a saved tracker state or an override record: both are written to disk or a store.
 
 The corpus of tests/data/secrets run through trackers as looping histories
 (evals/bench_security.py, `measure_saved_state`): a subset here, the whole corpus in the

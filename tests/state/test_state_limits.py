@@ -1,4 +1,4 @@
-"""Saved state under hostile input (issue 12, defects 4 and 5).
+"""Saved state under hostile input: an agent's calls and results can be any size or shape.
 
 Every input the tracker accepts round-trips through its state; the state stores each
 distinct long string once and does not grow with the size of an argument or a result; an

@@ -1,5 +1,5 @@
 """A restored tracker's reader (`judge.state.redacting_reader`) keeps a message the
-redactor leaves alone instead of decoding a copy of it (issue 11: about 60% of a sidecar
+redactor leaves alone instead of decoding a copy of it (the copy was most of a sidecar
 turn's reading). Pinned against the full round trip it replaces: on every message and raw
 entry of the recorded and handmade trajectories, and on values holding secrets, where the
 copy must still come back redacted.

@@ -1,4 +1,4 @@
-"""What a fresh process loads before its first answer (issue 11, cold start).
+"""What a fresh process loads before its first answer.
 
 Functional checks only: which modules a quiet tracker and a judge-less hook event import,
 and which pydantic schemas they build.

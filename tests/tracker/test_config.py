@@ -113,7 +113,7 @@ def test_invalid_values_name_field_and_variable(field: str, value: float, env: s
 def test_invalid_environment_value_is_one_line_naming_variable_value_and_rule(
     monkeypatch: pytest.MonkeyPatch, variable: str, value: str, expected: str
 ) -> None:
-    """Issue 14: the variable, the value as set and what is allowed, on one line."""
+    """The variable, the value as set and what is allowed, on one line: fixable at a glance."""
     monkeypatch.setenv(variable, value)
     with pytest.raises(ConfigError) as info:
         TrackerConfig()

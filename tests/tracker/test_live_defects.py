@@ -1,4 +1,4 @@
-"""Regression tests for defects found on live runs (issues 5-8), through `LoopTracker`."""
+"""Regression tests for defects found on live runs, through `LoopTracker`."""
 
 from __future__ import annotations
 

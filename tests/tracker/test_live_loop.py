@@ -2,7 +2,7 @@
 
 Each test drives the tracker the way an agent does (README): ``turn_started`` at the start
 of every turn, the recovery message appended as a user message when it flags, the agent's
-reaction appended after it. Regression tests for the live-loop issue (defects 1-4, 9).
+reaction appended after it. Regression tests for defects this loop showed on live runs.
 """
 
 from __future__ import annotations

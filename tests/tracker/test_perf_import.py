@@ -1,7 +1,7 @@
 """What importing loop-judge costs, and what the first judge check waits for.
 
 Functional checks only (which modules load, what is recorded where); the timings
-themselves live in the benchmarks and the README.
+themselves vary by machine and live in the benchmarks (docs/benchmarks.md).
 """
 
 from __future__ import annotations

@@ -114,7 +114,7 @@ async def test_loop_verdict_adapts_interval_from_deciding_confidence() -> None:
     assert verdicts[29].looping
     assert tracker.check_interval == 5  # confidence 1.0 -> min interval
     assert [i for i, v in enumerate(verdicts, 1) if v.judge_calls] == [30, 35, 40]
-    # escalation ladder (issue 6): warn, warn (stronger), ask the user
+    # escalation ladder: warn, warn (stronger), ask the user
     assert [v.action for v in verdicts if v] == [Action.WARN, Action.WARN, Action.ASK_USER]
 
 
