@@ -77,7 +77,7 @@ def test_eval_usage_errors_exit_2(
 def test_eval_without_paths_replays_the_bundled_set_from_any_directory(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """Issue 14: `loop-judge eval` outside the repository finds the labelled set that ships
+    """`loop-judge eval` outside the repository finds the labelled set that ships
     with the package (here the checkout's evals/data; .ci/check-package.sh runs the wheel)."""
     monkeypatch.chdir(tmp_path)
     assert main(["eval", "--subset", "smoke", "--no-chart", "--out", "out"]) == 0

@@ -1,4 +1,4 @@
-"""`loop-judge doctor` (issue 14): what the installation and the environment will do."""
+"""`loop-judge doctor`: what the installation and the environment will do."""
 
 from __future__ import annotations
 
@@ -49,7 +49,7 @@ def test_heuristics_only_needs_nothing(capsys: pytest.CaptureFixture[str]) -> No
 def test_missing_semantic_packages_are_marked_to_fix_under_the_default(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """They are default dependencies (issue 15): without them "auto" quietly runs the
+    """They are default dependencies: without them "auto" quietly runs the
     weaker literal comparison, so a partial install is something to fix, and the empty
     `semantic` extra is listed neither as installed nor as missing."""
     from judge.detectors import embeddings

@@ -389,7 +389,7 @@ def test_presets_and_overrides() -> None:
 @pytest.mark.parametrize(
     ("mode", "actions"),
     [
-        # issue 6's ladder: warn, warn (stronger text), ask the user, stop
+        # the default ladder: warn, warn (stronger text), ask the user, stop
         (ResponseMode.GRADUATED, [Action.WARN, Action.WARN, Action.ASK_USER, Action.STOP]),
         (ResponseMode.WARN, [Action.WARN] * 4),
         (ResponseMode.BLOCK, [Action.STOP] * 4),

@@ -1,4 +1,4 @@
-"""Loops that hide from identical-call counting (issue 15, section 2), and the productive
+"""Loops that hide from identical-call counting, and the productive
 look-alikes each rule must leave alone."""
 
 from __future__ import annotations

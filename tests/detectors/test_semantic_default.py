@@ -1,4 +1,4 @@
-"""The semantic detector in the default install (issue 15): on by default wherever its
+"""The semantic detector in the default install: on by default wherever its
 packages are installed, which a default install guarantees; never loaded with
 ``semantic="off"``; never loaded by ``import judge`` or by building a tracker."""
 

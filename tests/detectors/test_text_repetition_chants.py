@@ -1,4 +1,4 @@
-"""Short chants (issue 15): the same short reply again and again, a final answer that
+"""Short chants: the same short reply again and again, a final answer that
 degenerates into one word, and the short openers productive agents repeat by habit.
 
 The existing rules already cover these (a short message 5x in a row with nothing new,

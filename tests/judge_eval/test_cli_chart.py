@@ -1,4 +1,4 @@
-"""The eval's report.png (issue 14): every panel drawn has content, and a panel with nothing
+"""The eval's report.png: every panel drawn has content, and a panel with nothing
 to show (judge calls in a heuristics-only run) is left out."""
 
 from __future__ import annotations

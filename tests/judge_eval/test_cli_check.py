@@ -96,7 +96,7 @@ def test_a_bad_variable_is_one_line_naming_it(
     value: str,
     expected: str,
 ) -> None:
-    """Issue 14: no traceback, and the variable, its value and the field all named."""
+    """No traceback, and the variable, its value and the field all named."""
     monkeypatch.setenv(variable, value)
     with pytest.raises(SystemExit) as exit_info:
         main(["check", calls(tmp_path, repeats=1)])

@@ -1,5 +1,5 @@
-"""The files in examples/ run as a user would run them (issue 14: the README's example must
-work as pasted): each in its own interpreter, from outside the repository."""
+"""The files in examples/ run as a user would run them, copied as they are: each in its own
+interpreter, from outside the repository."""
 
 from __future__ import annotations
 
@@ -67,7 +67,7 @@ def test_proxy_config_loads_as_the_litellm_proxy_loads_it() -> None:
 
     path = EXAMPLES / "litellm_proxy.yaml"
     config = yaml.safe_load(path.read_text("utf-8"))
-    # What the README says it needs: a model, the master key, the guardrail.
+    # What docs/serving.md says it needs: a model, the master key, the guardrail.
     models = [Deployment(**entry) for entry in config["model_list"]]
     assert models and all(m.litellm_params.model for m in models)
     assert config["general_settings"]["master_key"] == "os.environ/LITELLM_MASTER_KEY"

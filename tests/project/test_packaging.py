@@ -1,4 +1,4 @@
-"""The package as users install it (issue 14): bounded dependencies, a constraints file that
+"""The package as users install it: bounded dependencies, a constraints file that
 pins what CI tests, the labelled set and type marker inside the wheel, release metadata,
 and README install commands that work from a checkout.
 
@@ -142,7 +142,7 @@ def test_readme_install_commands_work_from_a_checkout(project: dict[str, Any]) -
 
 
 def test_the_semantic_detector_is_in_the_default_install(project: dict[str, Any]) -> None:
-    """Issue 15: `pip install -e .` gets the detector the README's headline figures
+    """`pip install -e .` gets the detector the README's headline figures
     measure. Every package `judge.detectors.embeddings` needs is a core dependency, and the
     old `semantic` extra is kept, empty, so `-e '.[semantic]'` still installs."""
     from judge.detectors.embeddings import _EXTRA_MODULES

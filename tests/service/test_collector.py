@@ -1,5 +1,5 @@
 """``loop-judge serve`` tunes its process's garbage collector for many live sessions
-(`judge.service.collector`, issue 11); importing the package or building an app does not."""
+(`judge.service.collector`); importing the package or building an app does not."""
 
 from __future__ import annotations
 

@@ -250,7 +250,8 @@ async def test_a_lock_lost_in_a_redis_restart_is_a_409_with_expected_start(
     redis_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Redis restarts (without persistence) while a turn runs: the 409 says the stored
-    history ends at 0, and the client's README protocol (append from there) recovers."""
+    history ends at 0, and a client that sends its history from there (the append protocol)
+    recovers."""
     import redis as sync_redis
 
     import judge.service.app as app_module
