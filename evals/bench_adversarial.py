@@ -29,7 +29,7 @@ import anyio
 
 from judge import LoopTracker, TrackerConfig
 
-# New text per shape, in characters: grown 10x each step up to the 1 MB the issue names.
+# New text per shape, in characters: grown 10x each step up to 1 MB, a very large tool output.
 SIZES = (1_000, 10_000, 100_000, 1_000_000)
 # Timed turns per shape and size (each on a fresh tracker); the median is reported.
 REPEATS = 3

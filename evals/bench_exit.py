@@ -41,7 +41,7 @@ SCRIPTS = {
         '{"role": "assistant", "content": "Looking at the files now."}])\n'
     ),
 }
-# The delays the issue measured aborts at: the model's load takes about 0.5 s on idle
+# The longest exit delay drawn: the model's load takes about 0.5 s on idle
 # cores and several seconds under load, so 0-3 s covers exits before, during and after it.
 MAX_DELAY_S = 3.0
 

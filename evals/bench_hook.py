@@ -42,7 +42,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-# Tool calls per session: the figure, a long working session.
+# Tool calls per session: a long working session.
 CALLS = 200
 # A Stop (the end of one assistant turn) every this many calls.
 STOP_EVERY = 20

@@ -35,7 +35,7 @@ from typing import Any
 
 import httpx
 
-# The load point: 100 agents at once.
+# A busy deployment's load: 100 agents at once.
 DEFAULT_SESSIONS = 100
 # Turns per session: 30 is where the tracker's first judge check would be due (gemini-cli's
 # schedule), so histories stay in the range a heuristics-only turn sees; 100 x 30 = 3,000

@@ -56,10 +56,10 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-# The load points: 100 and 1,000 agents at once.
+# A busy deployment's load and a large one's: 100 and 1,000 agents at once.
 DEFAULT_SESSIONS = "100,1000"
 # Turns per session: 30 is where the tracker's first judge check would be due, so this is
-# the range a heuristics-only turn sees (and the measurement).
+# the range a heuristics-only turn sees.
 DEFAULT_TURNS = 30
 # Client connections: a pool as an agent platform would keep; more than the server's two
 # cores can use, fewer than the 1,000 sessions (the server caps connections at 900).

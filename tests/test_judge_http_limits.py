@@ -26,7 +26,7 @@ from tests.fault_server import FaultServer, Reply, completion, gzip_bomb, redire
 pytestmark = [pytest.mark.anyio, pytest.mark.model_requests]
 
 FAST = "openai/x"
-# The bomb of the issue: ~200 kB on the wire, 200 MiB inflated (about 1000:1).
+# A gzip bomb: ~200 kB on the wire, 200 MiB inflated (about 1000:1).
 BOMB_BYTES = 200 * 1024 * 1024
 # Python memory a refused bomb may cost: the compressed body, buffers and litellm's own
 # objects; before the fix the inflated body alone was 200 MiB (and ~1 GB of copies).

@@ -68,7 +68,7 @@ def every_text(verdict: Verdict) -> list[str | None]:
     ]
 
 
-# -- defect 2: secrets in verdicts, logs and telemetry -------------------------------------------
+# -- secrets in verdicts, logs and telemetry -------------------------------------------------------
 
 
 async def test_heuristic_verdict_texts_carry_no_secret_from_the_arguments() -> None:
@@ -137,7 +137,7 @@ async def test_no_secret_in_logs_or_telemetry(caplog: pytest.LogCaptureFixture) 
     assert tracer.spans and all(secret_free(a) for a in attributes + points)
 
 
-# -- defect 3: the judge's words are untrusted ----------------------------------------------------
+# -- the judge's words are untrusted ---------------------------------------------------------------
 
 
 def judge_tracker(analysis: str) -> tuple[LoopTracker, ScriptedJudge]:
@@ -193,7 +193,7 @@ async def test_the_judge_label_in_later_messages_is_the_quoted_opinion() -> None
         assert not _ORDERS.search(body), body
 
 
-# -- logging -----------------------------------------------------------------------------
+# -- logging ---------------------------------------------------------------------------------------
 
 
 def judge_lines(caplog: pytest.LogCaptureFixture) -> list[logging.LogRecord]:

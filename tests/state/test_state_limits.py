@@ -80,7 +80,7 @@ def dumps(verdicts: list[Verdict]) -> list[dict[str, Any]]:
     return [v.model_dump() for v in verdicts]
 
 
-# -- defect 5: deep nesting -----------------------------------------------------------------
+# -- deep nesting ---------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize("n", DEPTHS)
@@ -151,7 +151,7 @@ def test_parsed_arguments_are_what_json_reads_from_the_canonical_text(value: Any
             assert json.loads(canonical) == parsed
 
 
-# -- defect 4: size -------------------------------------------------------------------------
+# -- size -----------------------------------------------------------------------------------
 
 
 def _sized_history(mb: float, kind: str) -> list[dict[str, Any]]:
