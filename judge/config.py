@@ -26,7 +26,7 @@ from contextvars import ContextVar
 from enum import Enum
 from fnmatch import fnmatchcase
 from pathlib import Path
-from typing import Any, Literal, cast
+from typing import TYPE_CHECKING, Any, Literal, cast
 
 from pydantic import (
     BaseModel,
@@ -450,6 +450,11 @@ class TrackerConfig(EnvSettings):
     over its variable; list and mapping fields take JSON in the environment.
     """
 
+    if TYPE_CHECKING:
+        # What pydantic accepts, as at run time (a str for a SecretStr field, a list for a
+        # tuple): the signature mypy would synthesize from the fields rejects those.
+        def __init__(self, **data: Any) -> None: ...
+
     fast_model: str | None = None
     confirm_model: str | None = None
     api_base: str | None = None
@@ -712,6 +717,11 @@ class ServerVariables(EnvSettings):
     """The sidecar's settings as read: where to bind, who may call, where session state
     lives, how much of it to keep, and how much one request may cost.
     `judge.service.settings.ServerSettings` adds the checks a server runs before it binds."""
+
+    if TYPE_CHECKING:
+        # What pydantic accepts, as at run time (a str for a SecretStr field, a list for a
+        # tuple): the signature mypy would synthesize from the fields rejects those.
+        def __init__(self, **data: Any) -> None: ...
 
     server_token: SecretStr | None = Field(
         default=None, description="one bearer token; its principal is 'default'"
