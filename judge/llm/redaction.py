@@ -116,7 +116,8 @@ alone, not inside a longer token such as base64 image data.
 ``private_key`` (other envelopes)
     An SSH2 key (``---- BEGIN SSH2 ENCRYPTED PRIVATE KEY ----`` to its END line), a PuTTY
     key's private lines and MAC (``Private-Lines: N``, the lines, ``Private-MAC:``; the
-    public lines stay), and a PEM private key that is itself base64 (kubeconfig's
+    public lines stay; where a clip took the header, the lines left between the clip and
+    the MAC), and a PEM private key that is itself base64 (kubeconfig's
     ``client-key-data: LS0tLS1CRUdJTi...``, decoded far enough to see ``PRIVATE KEY``; a
     certificate's ``client-certificate-data`` stays), also wrapped over lines.
 
@@ -1287,6 +1288,68 @@ def _resolve_putty(m: re.Match[str]) -> tuple[list[Span], int]:
     return ([("private_key", m.start(), end)] if end > m.end() else []), max(end, m.end())
 
 
+# The same key when a clip took its head: what is left of the private lines, then the MAC
+# ("... [... 1400 chars, blake2b ...] +IX7r...Od\nJxI0...Yg==\nPrivate-MAC: 3d31..."). With
+# "Private-Lines: N" gone, the lines are found by walking back from the MAC: PuTTY writes
+# its base64 64 characters a line, so the line before the MAC (the last, 1 to 64) and the
+# full lines above it are the key's, up to the clip; the line under the clip may be
+# shorter (the clip cut it). A walk that meets no clip ("Private-Lines: 14", a public
+# part's short last line, prose) takes no line: a whole key is the forward rule's, and a
+# word before a MAC is no key's. A walk reads back only over base64 and line breaks, and
+# a MAC's label is neither: it stops at the MAC line before it, so the text is read once.
+_PUTTY_MAC_ANCHOR = re.compile(r"Private-(?:MAC|Hash):[ \t]*(?P<mac>[0-9a-fA-F]{1,128})")
+_PUTTY_WIDTH = 64
+_PUTTY_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/=")
+# What ends where a clip cut a text: `judge.history.bounded`'s marker, an ellipsis.
+_CLIP_ENDS = ("...] ", _ELLIPSIS, _ELLIPSIS + " ")
+# A MAC with no lines before it is hidden at a MAC's length (40 or 64 hex digits; an
+# encrypted key's MAC is keyed by the passphrase, so it lets one test guesses offline),
+# not a word that happens to be hex ("Private-MAC: bad").
+_PUTTY_MAC_ALONE = 32
+
+
+def _putty_break_before(text: str, pos: int) -> int:
+    """Where the line break or blank that ends at ``pos`` starts, or -1 if none does."""
+    if pos >= 1 and text[pos - 1] in " \t":
+        return pos - 1
+    if pos >= 1 and text[pos - 1] == "\n":
+        return pos - 2 if pos >= 2 and text[pos - 2] == "\r" else pos - 1
+    return -1
+
+
+def _putty_clipped_lines(text: str, mac: int) -> int | None:
+    """Where the private lines a clip left before the MAC at ``mac`` start, or None."""
+    at = _putty_break_before(text, mac)
+    last = True
+    while at > 0:
+        line_start = at
+        while (
+            line_start > 0
+            and at - line_start <= _PUTTY_WIDTH
+            and text[line_start - 1] in _PUTTY_CHARS
+        ):
+            line_start -= 1
+        width = at - line_start
+        if width == 0 or width > _PUTTY_WIDTH:
+            return None
+        if text.endswith(_CLIP_ENDS, 0, line_start):
+            return line_start
+        if width < _PUTTY_WIDTH and not last:
+            return None  # a short line above the last that no clip cut
+        at = _putty_break_before(text, line_start)
+        last = False
+    return None
+
+
+def _resolve_putty_tail(m: re.Match[str]) -> tuple[list[Span], int]:
+    start = _putty_clipped_lines(m.string, m.start())
+    if start is None:
+        if len(m.group("mac")) < _PUTTY_MAC_ALONE:
+            return [], m.end()
+        start = m.start()
+    return [("private_key", start, m.end())], m.end()
+
+
 # The SSH2 (RFC 4716, ssh.com) private key: "---- BEGIN SSH2 ENCRYPTED PRIVATE KEY ----".
 _SSH2_BEGIN = re.compile(r"---- BEGIN SSH2 (?:ENCRYPTED )?PRIVATE KEY ----")
 _SSH2_END = re.compile(r"---- END SSH2 (?:ENCRYPTED )?PRIVATE KEY ----")
@@ -1476,6 +1539,9 @@ def _builtin_rules() -> tuple[_Rule, ...]:
         _PemRule(triggers=("ssh2",), begin=_SSH2_BEGIN, end=_SSH2_END, body=_SSH2_BODY),
         _ResolvedRule("private_key", _B64_RUN, _B64_DASHES, _resolve_b64_pem_tail),
         _ResolvedRule("private_key", _PUTTY_LINES, ("private-lines",), _resolve_putty),
+        _ResolvedRule(
+            "private_key", _PUTTY_MAC_ANCHOR, ("private-mac", "private-hash"), _resolve_putty_tail
+        ),
         _ResolvedRule("private_key", _B64_PEM, ("ls0tls1crudjt",), _resolve_b64_pem),
     ]
     # Last: an opaque token is named by the rule of its format or context when one finds

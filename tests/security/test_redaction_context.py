@@ -27,6 +27,7 @@ import anyio
 import pytest
 
 from judge import LoopTracker, TrackerConfig
+from judge.history import bounded
 from judge.llm.redaction import BUILTIN_KINDS, PLACEHOLDER_HEX, Redactor, _secret_like, redact
 from tests.redaction_support import (
     assert_no_leaks,
@@ -48,8 +49,8 @@ def _token(n: int, alphabet: str = _B62) -> str:
     return "".join(_RNG.choice(alphabet) for _ in range(n))
 
 
-def _b64(nbytes: int) -> str:
-    return base64.b64encode(bytes(_RNG.getrandbits(8) for _ in range(nbytes))).decode()
+def _b64(nbytes: int, rng: random.Random = _RNG) -> str:
+    return base64.b64encode(bytes(rng.getrandbits(8) for _ in range(nbytes))).decode()
 
 
 def _line(case: dict[str, Any]) -> str:
@@ -289,6 +290,52 @@ def test_putty_keys_hide_the_private_lines_and_mac_only() -> None:
     assert private[0] not in redact(cut)
 
 
+def test_an_encrypted_putty_key_whose_head_a_clip_took() -> None:
+    """A long tool call's raw arguments (and a saved state's values) keep the head and
+    tail of an encrypted v2 key around `bounded`'s marker: "Private-Lines: N" is in the
+    cut, its last private lines and MAC are not; the public lines before the cut stay."""
+    rng = random.Random(20261127)  # its own: the module's generator feeds the tests after
+    public = textwrap.wrap("AAAAB3NzaC1yc2EAAAADAQABAAABAQ" + _b64(240, rng), 64)
+    private = textwrap.wrap(_b64(880, rng), 64)
+    mac = "".join(rng.choice("0123456789abcdef") for _ in range(40))
+    key = (
+        "PuTTY-User-Key-File-2: ssh-rsa\nEncryption: aes256-cbc\nComment: imported-openssh-key\n"
+        f"Public-Lines: {len(public)}\n" + "\n".join(public) + "\n"
+        f"Private-Lines: {len(private)}\n" + "\n".join(private) + f"\nPrivate-MAC: {mac}"
+    )
+    command = f"gh auth status\n{key}\n./deploy.sh --check"
+    # The cut in the public lines, and (900) in the private ones after their header.
+    for limit in (600, 900, 1_024):
+        clipped = bounded(command, limit)
+        assert "Private-MAC" in clipped and mac[:PIECE] in clipped, limit
+        head, marker, tail = clipped.partition(" [... ")
+        kept = head.partition("Private-Lines")[0]
+        for text in (
+            clipped,
+            json.dumps({"cmd": clipped}),
+            f"exact:bash({json.dumps({'cmd': command}, separators=(',', ':'))})",
+            clipped.replace("\n", " "),  # a summary's blanks for line breaks
+        ):
+            out = redact(bounded(text, limit) if text.startswith("exact:") else text)
+            assert not _leaks(out, [*private, mac]), (limit, text[:40])
+        # The public lines before the cut and the clip's marker stay; the tail is the key's.
+        out = redact(clipped)
+        assert out.startswith(kept) and marker.lstrip() + tail.partition("...] ")[0] in out, limit
+        assert out.endswith("...] [REDACTED:private_key]\n./deploy.sh --check"), limit
+    # The same tail behind an ellipsis, and the whole key as before.
+    assert not _leaks(redact("…" + "\n".join(private[-3:]) + f"\nPrivate-MAC: {mac}"), [mac])
+    assert redact(key) == key.partition("Private-Lines")[0] + "[REDACTED:private_key]"
+    # No clip, no lines: prose and a MAC-shaped word stay; a lone MAC is still hidden.
+    for kept in (
+        "the Private-MAC: bad line",
+        "words here\nPrivate-MAC: cafe",
+        f"{public[0]}\n{public[1][:20]}\nPrivate-MAC: beef",
+    ):
+        assert redact(kept) == kept
+    assert mac not in redact(f"a {public[1][:20]}\nPrivate-MAC: {mac}")
+    assert public[1][:20] in redact(f"a {public[1][:20]}\nPrivate-MAC: {mac}")
+
+
 def test_ssh2_private_keys_and_not_public_ones() -> None:
     body = "\n".join(textwrap.wrap("P2/56wAAA" + _b64(500), 70))
     text = (
@@ -431,6 +478,9 @@ def test_a_tracker_publishes_keyed_placeholders_and_saves_plain_markers() -> Non
         f"{_token(79)}\n{_token(40)}\n",  # every line a fold
         f"{_token(30)}…\n",
         "Private-Lines: 2\nAAAA\n",
+        # A clip's tail walked back from each MAC, and a MAC behind every full line.
+        "...] qT4wZp9LmX2vK8rN\n" + "aZ09+/" * 10 + "Xy\nPrivate-MAC: " + "ab" * 20 + "\n",
+        "aZ09+/" * 10 + "XyZ0\nPrivate-MAC: ",
         f"LS0tLS1CRUdJTiBSU0EgUFJJVkFURSBLRVkt{_token(40)}\n",
         "id,name,api_token,created 1,ci-bot,x,y ",
     ],
