@@ -61,7 +61,7 @@ OPENAI_SDK_PROVIDERS = frozenset({"openai"})
 # ``AsyncHTTPHandler`` (litellm.llms.custom_httpx), which takes ours.
 # (litellm 1.110's main.py, ``completion``: the dispatchers that take
 # ``_dispatch_client_openai`` or ``_dispatch_client_azure``, and its OpenAI-compatible branch,
-# ``_complete_custom_openai``. tests/test_judge_http_providers.py reads that chain from the
+# ``_complete_custom_openai``. tests/llm/test_judge_http_providers.py reads that chain from the
 # installed litellm and fails when a release moves a provider.)
 SDK_PROVIDERS = frozenset(
     {

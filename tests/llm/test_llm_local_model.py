@@ -24,7 +24,7 @@ pytestmark = [pytest.mark.anyio, pytest.mark.model_requests]
 
 FAST = "openai/local"
 # The docs page that holds the local-model setup.
-CONFIGURATION_DOC = Path(__file__).resolve().parent.parent / "docs" / "configuration.md"
+CONFIGURATION_DOC = Path(__file__).resolve().parents[2] / "docs" / "configuration.md"
 # Measured on a CPU (Qwen2.5-Coder-1.5B Q4, llama-cpp-python, 2 threads) over the eval's
 # judge windows: seconds per check and prompt tokens.
 CPU_CHECK_P95_S = 372

@@ -14,7 +14,7 @@ from types import ModuleType
 
 import pytest
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / ".ci" / "check-newest.py"
 CAPTURED = REPO / "tests" / "data" / "pip"
 

@@ -387,7 +387,7 @@ def check_command(command: str) -> None:
         assert any(re.fullmatch(pattern, path) for pattern in sidecar_routes()), path
         return
     if words[:3] == ["python", "-m", "llama_cpp.server"]:
-        # tests/test_llm_local_model.py holds this setup to a CPU model's context and speed.
+        # tests/llm/test_llm_local_model.py holds this setup to a CPU model's context and speed.
         return
     if program == "mkdocs":
         # The docs extra installs it; CI builds the site with it.
@@ -395,7 +395,7 @@ def check_command(command: str) -> None:
         assert any(requirement.startswith("mkdocs>") for requirement in docs)
         return
     if program == "litellm":
-        # tests/test_proxy_e2e.py starts the proxy on this config where litellm[proxy] is.
+        # tests/integrations/test_proxy_e2e.py starts the proxy on this config.
         assert (REPO / words[words.index("--config") + 1]).is_file()
         return
     raise AssertionError(f"no rule checks this command: {command}")

@@ -55,7 +55,7 @@ def test_every_example_is_tested() -> None:
 def test_proxy_config_loads_as_the_litellm_proxy_loads_it() -> None:
     """examples/litellm_proxy.yaml through litellm's own parsing and guardrail loading, as
     the proxy does at startup (litellm[proxy] itself is too heavy for CI; the proxy's
-    process is started in tests/test_proxy_e2e.py where it is installed)."""
+    process is started in tests/integrations/test_proxy_e2e.py where it is installed)."""
     pytest.importorskip("fastapi", reason="the serve extra is not installed")
     yaml = pytest.importorskip("yaml")
     _import_litellm()  # first, our way: the bundled cost map, no download attempt
