@@ -23,7 +23,7 @@ __all__ = ["add_parser", "main", "run"]
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     hook = sub.add_parser(
         "hook",
-        help="answer an agent's hook event (Claude Code) from stdin",
+        help="answer an agent's hook event (Claude Code, Gemini CLI) from stdin",
         description="Run as an agent's hook: read the event JSON on stdin, answer in the "
         "agent's hook protocol on stdout. Always exits 0; problems go to stderr.",
     )
@@ -43,6 +43,20 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         "the user cache directory's loop-judge/claude-code)",
     )
     claude.set_defaults(func=run)
+    gemini = agents.add_parser(
+        "gemini",
+        help="Gemini CLI's BeforeTool, AfterTool and AfterAgent hooks",
+        description="The Claude Code hook's loop protection in Gemini CLI's protocol: "
+        "denies a call that would repeat a loop (BeforeTool), tells the model after a "
+        "repeated result (AfterTool), and rejects a final response once when the turn "
+        "ends in a loop (AfterAgent). Prints JSON ({} for no opinion), exits 0.",
+    )
+    gemini.add_argument(
+        "--state-dir",
+        default=None,
+        help="where session states are kept (default: as for claude-code)",
+    )
+    gemini.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace, console: Any = None) -> int:
@@ -50,7 +64,8 @@ def run(args: argparse.Namespace, console: Any = None) -> int:
     protocol's, not a person's). Always 0; see `judge.integrations.claude_code.main`."""
     from judge.integrations.claude_code import answer_stdin
 
-    return answer_stdin(state_dir=args.state_dir, raw=getattr(args, "raw", None))
+    agent = getattr(args, "agent", None) or "claude-code"
+    return answer_stdin(state_dir=args.state_dir, raw=getattr(args, "raw", None), agent=agent)
 
 
 # pydantic's switch for its plugins (pydantic/plugin/_loader.py): "__all__" turns all off.

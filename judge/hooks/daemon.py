@@ -178,7 +178,11 @@ class Daemon:
                 conn.sendall(client.ACCEPTED)
                 directory = Path(state_dir.decode("utf-8", "surrogateescape"))
                 out, err = self._answer(
-                    raw, state_dir=directory, config=self.config, cache=self.cache
+                    raw,
+                    state_dir=directory,
+                    config=self.config,
+                    cache=self.cache,
+                    agent=agent.decode("utf-8", "replace"),
                 )
                 conn.settimeout(client.ANSWER_TIMEOUT_S)
                 reply = [b"%d" % client.EXIT_HOOK, out.encode("utf-8", "surrogatepass")]

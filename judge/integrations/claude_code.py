@@ -1053,10 +1053,13 @@ def answer_raw(
     state_dir: Path | str | None = None,
     config: TrackerConfig | None = None,
     cache: SessionCache | None = None,
+    agent: str = "claude-code",
 ) -> tuple[str, str]:
     """The text the hook prints for the event ``raw`` (read from stdin when None): its
     stdout (the answer's JSON line, or nothing) and its stderr (one "ignored" line, or
-    nothing). Never raises. The command and the daemon both print exactly this."""
+    nothing). Never raises. The command and the daemon both print exactly this.
+    ``agent`` ``"gemini"`` reads and answers Gemini CLI's protocol
+    (`judge.integrations.gemini_cli`) with the same session logic."""
     # The tracker logs loop verdicts; in a hook process nobody reads them, and Python's
     # last-resort handler would print each on stderr beside our one line. Added once: the
     # daemon answers many events in one process.
@@ -1068,7 +1071,17 @@ def answer_raw(
             raw = sys.stdin.buffer.read(MAX_PAYLOAD_BYTES + 1)
         if len(raw) > MAX_PAYLOAD_BYTES:
             raise HookInputError(f"hook input is over {MAX_PAYLOAD_BYTES} bytes")
-        answer = handle_payload(json.loads(raw), state_dir=state_dir, config=config, cache=cache)
+        payload = json.loads(raw)
+        if agent == "gemini":
+            from judge.integrations import gemini_cli
+
+            event = payload.get("hook_event_name") if isinstance(payload, dict) else None
+            payload = gemini_cli.to_claude_payload(payload)
+            answer = handle_payload(payload, state_dir=state_dir, config=config, cache=cache)
+            # Gemini CLI parses stdout as JSON on exit 0: "{}" says "no opinion".
+            shown = gemini_cli.gemini_json(answer, event if isinstance(event, str) else None)
+            return json.dumps(shown, ensure_ascii=False) + "\n", ""
+        answer = handle_payload(payload, state_dir=state_dir, config=config, cache=cache)
         out = json.dumps(answer.to_json(), ensure_ascii=False) + "\n" if answer else ""
         return out, ""
     except Exception as exc:  # a hook must never break the agent: anything at all
@@ -1081,10 +1094,12 @@ def _ignored(exc: BaseException) -> str:
     return f"loop-judge hook: ignored ({type(exc).__name__}: {message})\n"
 
 
-def answer_stdin(*, state_dir: str | None = None, raw: bytes | None = None) -> int:
+def answer_stdin(
+    *, state_dir: str | None = None, raw: bytes | None = None, agent: str = "claude-code"
+) -> int:
     """Answer the event on stdin (or ``raw``, when stdin was read already) on stdout;
     returns `EXIT_HOOK` whatever happens."""
-    out, err = answer_raw(raw, state_dir=state_dir)
+    out, err = answer_raw(raw, state_dir=state_dir, agent=agent)
     try:
         if out:
             sys.stdout.write(out)

@@ -438,7 +438,7 @@ def test_install_commands_in_prose() -> None:
 def test_claude_code_settings_name_the_hook_events() -> None:
     from judge.integrations import claude_code
 
-    (block,) = [b for b in BLOCKS if b.lang == "json" and '"hooks"' in b.text]
+    (block,) = [b for b in BLOCKS if b.lang == "json" and "hook claude-code" in b.text]
     settings = json.loads(block.text)["hooks"]
     handled = {
         value
@@ -449,6 +449,22 @@ def test_claude_code_settings_name_the_hook_events() -> None:
     for matchers in settings.values():
         for matcher in matchers:
             assert [h["command"] for h in matcher["hooks"]] == ["loop-judge hook claude-code"]
+
+
+def test_gemini_settings_name_the_hook_events() -> None:
+    from judge.integrations import gemini_cli
+
+    (block,) = [b for b in BLOCKS if b.lang == "json" and "hook gemini" in b.text]
+    settings = json.loads(block.text)["hooks"]
+    assert set(settings) == set(gemini_cli.EVENTS)
+    for matchers in settings.values():
+        for matcher in matchers:
+            for hook in matcher["hooks"]:
+                assert hook["type"] == "command"
+                assert hook["command"].endswith("/bin/loop-judge hook gemini")
+                check_command(hook["command"].rpartition("/")[2])
+            # A tool matcher is a regular expression in Gemini CLI's settings.
+            re.compile(matcher.get("matcher", ""))
 
 
 def test_the_proxy_config_is_the_tested_example() -> None:
