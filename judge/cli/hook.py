@@ -23,7 +23,7 @@ __all__ = ["add_parser", "main", "run"]
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     hook = sub.add_parser(
         "hook",
-        help="answer an agent's hook event (Claude Code, Gemini CLI) from stdin",
+        help="answer an agent's hook event (Claude Code, Gemini CLI, Codex) from stdin",
         description="Run as an agent's hook: read the event JSON on stdin, answer in the "
         "agent's hook protocol on stdout. Always exits 0; problems go to stderr.",
     )
@@ -57,6 +57,18 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         help="where session states are kept (default: as for claude-code)",
     )
     gemini.set_defaults(func=run)
+    codex = agents.add_parser(
+        "codex",
+        help="Codex CLI's PreToolUse, PostToolUse and Stop hooks",
+        description="The Claude Code hook's loop protection for Codex (hooks.json or "
+        "[hooks] in config.toml): the same events and answers, in Codex's protocol.",
+    )
+    codex.add_argument(
+        "--state-dir",
+        default=None,
+        help="where session states are kept (default: as for claude-code)",
+    )
+    codex.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace, console: Any = None) -> int:

@@ -1059,7 +1059,8 @@ def answer_raw(
     stdout (the answer's JSON line, or nothing) and its stderr (one "ignored" line, or
     nothing). Never raises. The command and the daemon both print exactly this.
     ``agent`` ``"gemini"`` reads and answers Gemini CLI's protocol
-    (`judge.integrations.gemini_cli`) with the same session logic."""
+    (`judge.integrations.gemini_cli`), ``"codex"`` Codex's (`judge.integrations.codex`),
+    with the same session logic."""
     # The tracker logs loop verdicts; in a hook process nobody reads them, and Python's
     # last-resort handler would print each on stderr beside our one line. Added once: the
     # daemon answers many events in one process.
@@ -1081,6 +1082,13 @@ def answer_raw(
             # Gemini CLI parses stdout as JSON on exit 0: "{}" says "no opinion".
             shown = gemini_cli.gemini_json(answer, event if isinstance(event, str) else None)
             return json.dumps(shown, ensure_ascii=False) + "\n", ""
+        if agent == "codex":
+            from judge.integrations import codex
+
+            payload = codex.to_claude_payload(payload)
+            answer = handle_payload(payload, state_dir=state_dir, config=config, cache=cache)
+            out = json.dumps(codex.codex_json(answer), ensure_ascii=False) + "\n" if answer else ""
+            return out, ""
         answer = handle_payload(payload, state_dir=state_dir, config=config, cache=cache)
         out = json.dumps(answer.to_json(), ensure_ascii=False) + "\n" if answer else ""
         return out, ""

@@ -467,6 +467,20 @@ def test_gemini_settings_name_the_hook_events() -> None:
             re.compile(matcher.get("matcher", ""))
 
 
+def test_codex_hooks_name_the_hook_events() -> None:
+    from judge.integrations import codex
+
+    (block,) = [b for b in BLOCKS if b.lang == "json" and "hook codex" in b.text]
+    settings = json.loads(block.text)["hooks"]
+    assert set(settings) == set(codex.EVENTS)
+    for matchers in settings.values():
+        for matcher in matchers:
+            for hook in matcher["hooks"]:
+                assert hook["type"] == "command"
+                assert hook["command"].endswith("/bin/loop-judge hook codex")
+                check_command(hook["command"].rpartition("/")[2])
+
+
 def test_the_proxy_config_is_the_tested_example() -> None:
     """The YAML on the page is examples/litellm_proxy.yaml (tests/project/test_examples.py loads
     it as the proxy does), without its header comment."""
