@@ -5,6 +5,7 @@ reverse, so importing `judge` or running the hook loads none of it."""
 from __future__ import annotations
 
 import ast
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -12,6 +13,7 @@ from pathlib import Path
 import pytest
 
 import judge
+from judge.hooks.client import DAEMON_ENV
 
 TOOLING = "judge_eval"
 RUNTIME = Path(judge.__file__).resolve().parent
@@ -60,7 +62,7 @@ def test_no_runtime_module_loads_the_tooling_by_name() -> None:
     assert not offenders, offenders
 
 
-def _loaded_by(*args: str) -> set[str]:
+def _loaded_by(*args: str, env: dict[str, str] | None = None) -> set[str]:
     """The modules a fresh interpreter imports for ``args``, from ``-X importtime``."""
     done = subprocess.run(
         [sys.executable, "-X", "importtime", *args],
@@ -68,6 +70,7 @@ def _loaded_by(*args: str) -> set[str]:
         text=True,
         timeout=120,
         input="",
+        env=env,
     )
     assert "Traceback" not in done.stderr, done.stderr
     return {
@@ -87,7 +90,10 @@ def test_importing_the_runtime_loads_no_tooling() -> None:
 @pytest.mark.slow  # one interpreter start
 def test_the_console_script_hook_path_loads_no_tooling_module(tmp_path: Path) -> None:
     """``loop-judge hook`` enters through judge_eval.cli but goes straight to the runtime."""
-    loaded = _loaded_by("-m", TOOLING, "hook", "claude-code", "--state-dir", str(tmp_path))
+    # In process: the same modules load, and no warm daemon is left behind in the user's
+    # own socket directory.
+    env = {**os.environ, DAEMON_ENV: "off"}
+    loaded = _loaded_by("-m", TOOLING, "hook", "claude-code", "--state-dir", str(tmp_path), env=env)
     assert "judge.cli.hook" in loaded
     entry = {TOOLING, f"{TOOLING}.__main__", f"{TOOLING}.cli"}
     assert {m for m in loaded if _names_tooling(m)} <= entry
