@@ -448,7 +448,10 @@ def test_claude_code_settings_name_the_hook_events() -> None:
     assert set(settings) <= handled
     for matchers in settings.values():
         for matcher in matchers:
-            assert [h["command"] for h in matcher["hooks"]] == ["loop-judge hook claude-code"]
+            for hook in matcher["hooks"]:
+                # The absolute form: Claude Code's PATH rarely holds the virtual environment.
+                assert hook["command"] == "/path/to/venv/bin/loop-judge hook claude-code"
+                check_command(hook["command"].rpartition("/")[2])
 
 
 def test_gemini_settings_name_the_hook_events() -> None:
