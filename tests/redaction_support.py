@@ -1,8 +1,10 @@
 """What the redaction tests share: the security bench loaded as a module, the check that
-its figures show no leak, and the check that redaction grows linearly with its input."""
+its figures show no leak, the check that redaction grows linearly with its input, and how a
+corpus case is written out and checked for pieces of its secrets."""
 
 from __future__ import annotations
 
+import json
 import sys
 import time
 from pathlib import Path
@@ -11,6 +13,30 @@ from typing import Any
 from judge.llm.redaction import redact
 
 ROOT = Path(__file__).resolve().parent.parent
+# A piece of a secret this long still in the text is a leak (as the bench counts).
+PIECE = 10
+
+
+def case_line(case: dict[str, Any]) -> str:
+    """A corpus case's line with its secret (or a look-alike's value) filled in."""
+    value = case["secret"] if "secret" in case else case["value"]
+    return str(case["line"]).replace("{secret}", value).replace("{value}", value)
+
+
+def leaks(text: str, secrets: list[str]) -> bool:
+    """Whether any PIECE-long piece of a secret is in ``text``, as written or JSON-escaped."""
+    for secret in secrets:
+        for i in range(max(len(secret) - PIECE + 1, 1)):
+            piece = secret[i : i + PIECE]
+            if piece in text or json.dumps(piece)[1:-1] in text:
+                return True
+    return False
+
+
+def written_forms(line: str) -> dict[str, str]:
+    """The line as printed, and as a tool call's arguments (one and two levels escaped)."""
+    arguments = json.dumps({"cmd": f"cat out.txt\n{line}\n", "timeout": 60})
+    return {"raw": line, "arguments": arguments, "nested": json.dumps({"input": arguments})}
 
 
 def security_bench() -> Any:

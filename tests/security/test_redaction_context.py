@@ -30,15 +30,18 @@ from judge import LoopTracker, TrackerConfig
 from judge.history import bounded
 from judge.llm.redaction import BUILTIN_KINDS, PLACEHOLDER_HEX, Redactor, _secret_like, redact
 from tests.redaction_support import (
+    PIECE,
     assert_no_leaks,
     assert_redaction_grows_linearly,
+    case_line,
+    leaks,
     security_bench,
+    written_forms,
 )
 
 ROOT = Path(__file__).resolve().parents[2]
 CONTEXT = ROOT / "tests" / "data" / "secrets" / "context.json"
 CORPUS: dict[str, Any] = json.loads(CONTEXT.read_text(encoding="utf-8"))
-PIECE = 10
 KEYED = re.compile(rf"\[REDACTED:[a-z_]+:[0-9a-f]{{{PLACEHOLDER_HEX}}}\]")
 
 _RNG = random.Random(7)
@@ -51,25 +54,6 @@ def _token(n: int, alphabet: str = _B62) -> str:
 
 def _b64(nbytes: int, rng: random.Random = _RNG) -> str:
     return base64.b64encode(bytes(rng.getrandbits(8) for _ in range(nbytes))).decode()
-
-
-def _line(case: dict[str, Any]) -> str:
-    value = case["secret"] if "secret" in case else case["value"]
-    return str(case["line"]).replace("{secret}", value).replace("{value}", value)
-
-
-def _leaks(text: str, secrets: list[str]) -> bool:
-    for secret in secrets:
-        for i in range(max(len(secret) - PIECE + 1, 1)):
-            piece = secret[i : i + PIECE]
-            if piece in text or json.dumps(piece)[1:-1] in text:
-                return True
-    return False
-
-
-def _forms(line: str) -> dict[str, str]:
-    arguments = json.dumps({"cmd": f"cat out.txt\n{line}\n", "timeout": 60})
-    return {"raw": line, "arguments": arguments, "nested": json.dumps({"input": arguments})}
 
 
 # -- the corpus --------------------------------------------------------------------------------
@@ -89,13 +73,13 @@ def test_the_corpus_covers_every_category() -> None:
 
 @pytest.mark.parametrize("case", CORPUS["secrets"], ids=lambda c: c["id"])
 def test_every_secret_is_hidden_as_written_and_as_json(case: dict[str, Any]) -> None:
-    for form, text in _forms(_line(case)).items():
-        assert not _leaks(redact(text), case["secrets"]), (case["id"], form)
+    for form, text in written_forms(case_line(case)).items():
+        assert not leaks(redact(text), case["secrets"]), (case["id"], form)
 
 
 @pytest.mark.parametrize("case", CORPUS["lookalikes"], ids=lambda c: c["id"])
 def test_no_lookalike_changes(case: dict[str, Any]) -> None:
-    for form, text in _forms(_line(case)).items():
+    for form, text in written_forms(case_line(case)).items():
         assert redact(text) == text, (case["id"], form)
 
 
@@ -196,7 +180,7 @@ def test_url_path_segments_where_the_url_is_for_secrets() -> None:
 )
 def test_a_secret_name_with_its_value_on_later_lines_or_nested(template: str) -> None:
     t, t2 = _token(40), _token(30)
-    for form, text in _forms(template.format(t=t, t2=t2)).items():
+    for form, text in written_forms(template.format(t=t, t2=t2)).items():
         out = redact(text)
         assert t not in out and t2 not in out, form
 
@@ -228,7 +212,7 @@ def test_a_token_folded_by_the_terminal_is_hidden_whole() -> None:
     out = redact(text)
     assert pat[80:] not in out and pat[:20] not in out
     assert out.endswith("\n$ echo done")
-    for form, shown in _forms(text).items():
+    for form, shown in written_forms(text).items():
         assert pat[80:] not in redact(shown), form
 
 
@@ -317,13 +301,13 @@ def test_an_encrypted_putty_key_whose_head_a_clip_took() -> None:
             clipped.replace("\n", " "),  # a summary's blanks for line breaks
         ):
             out = redact(bounded(text, limit) if text.startswith("exact:") else text)
-            assert not _leaks(out, [*private, mac]), (limit, text[:40])
+            assert not leaks(out, [*private, mac]), (limit, text[:40])
         # The public lines before the cut and the clip's marker stay; the tail is the key's.
         out = redact(clipped)
         assert out.startswith(kept) and marker.lstrip() + tail.partition("...] ")[0] in out, limit
         assert out.endswith("...] [REDACTED:private_key]\n./deploy.sh --check"), limit
     # The same tail behind an ellipsis, and the whole key as before.
-    assert not _leaks(redact("…" + "\n".join(private[-3:]) + f"\nPrivate-MAC: {mac}"), [mac])
+    assert not leaks(redact("…" + "\n".join(private[-3:]) + f"\nPrivate-MAC: {mac}"), [mac])
     assert redact(key) == key.partition("Private-Lines")[0] + "[REDACTED:private_key]"
     # No clip, no lines: prose and a MAC-shaped word stay; a lone MAC is still hidden.
     for kept in (

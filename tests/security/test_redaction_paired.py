@@ -18,36 +18,18 @@ import pytest
 
 from judge.llm.redaction import BUILTIN_KINDS, Redactor, redact
 from tests.redaction_support import (
+    PIECE,
     assert_no_leaks,
     assert_redaction_grows_linearly,
+    case_line,
+    leaks,
     security_bench,
+    written_forms,
 )
 
 ROOT = Path(__file__).resolve().parents[2]
 PAIRED = ROOT / "tests" / "data" / "secrets" / "paired.json"
 CORPUS: dict[str, Any] = json.loads(PAIRED.read_text(encoding="utf-8"))
-# A piece of a secret this long still in the text is a leak (as the bench counts).
-PIECE = 10
-
-
-def _line(case: dict[str, Any]) -> str:
-    value = case["secret"] if "secret" in case else case["value"]
-    return str(case["line"]).replace("{secret}", value).replace("{value}", value)
-
-
-def _leaks(text: str, secrets: list[str]) -> bool:
-    for secret in secrets:
-        for i in range(max(len(secret) - PIECE + 1, 1)):
-            piece = secret[i : i + PIECE]
-            if piece in text or json.dumps(piece)[1:-1] in text:
-                return True
-    return False
-
-
-def _forms(line: str) -> dict[str, str]:
-    """The line as printed, and as a tool call's arguments (one and two levels escaped)."""
-    arguments = json.dumps({"cmd": f"cat out.txt\n{line}\n", "timeout": 60})
-    return {"raw": line, "arguments": arguments, "nested": json.dumps({"input": arguments})}
 
 
 def test_the_corpus_is_varied() -> None:
@@ -61,13 +43,13 @@ def test_the_corpus_is_varied() -> None:
 
 @pytest.mark.parametrize("case", CORPUS["secrets"], ids=lambda c: c["id"])
 def test_every_secret_is_hidden_as_written_and_as_json(case: dict[str, Any]) -> None:
-    for form, text in _forms(_line(case)).items():
-        assert not _leaks(redact(text), case["secrets"]), form
+    for form, text in written_forms(case_line(case)).items():
+        assert not leaks(redact(text), case["secrets"]), form
 
 
 @pytest.mark.parametrize("case", CORPUS["lookalikes"], ids=lambda c: c["id"])
 def test_no_lookalike_changes(case: dict[str, Any]) -> None:
-    for form, text in _forms(_line(case)).items():
+    for form, text in written_forms(case_line(case)).items():
         assert redact(text) == text, form
 
 
