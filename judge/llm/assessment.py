@@ -189,4 +189,8 @@ def parse_assessment(
         raise JudgeOutputError(
             f"the reply breaks the assessment schema at {where}: {first.message}"
         )
-    return JudgeAssessment(analysis=data[ANALYSIS_KEY], confidence=float(data[CONFIDENCE_KEY]))
+    # One check per reply: the schema file above is what the model was asked to follow, so
+    # it is the check; the model's own bounds guard only code that builds one directly.
+    return JudgeAssessment.model_construct(
+        analysis=data[ANALYSIS_KEY], confidence=float(data[CONFIDENCE_KEY])
+    )

@@ -17,7 +17,13 @@ import pytest
 from judge import LoopTracker, TrackerConfig, Verdict
 from judge.errors import JudgeOutputError
 from judge.llm._litellm import _import_litellm
-from judge.llm.assessment import parse_assessment
+from judge.llm.assessment import (
+    ANALYSIS_KEY,
+    CONFIDENCE_KEY,
+    JudgeAssessment,
+    assessment_schema,
+    parse_assessment,
+)
 from tests.fakes import looping_history
 from tests.fault_server import FaultServer, Reply, completion
 
@@ -145,3 +151,12 @@ def test_each_thinking_tag_is_skipped(tag: str) -> None:
     assert parse_assessment(text).confidence == 0.95
     with pytest.raises(JudgeOutputError, match="cut off inside the model's thinking"):
         parse_assessment(f"<{tag}>draft {DRAFT}", finish_reason="length", max_tokens=600)
+
+
+def test_the_schema_file_and_the_model_share_their_bounds() -> None:
+    """A reply is checked once, against the schema file; the model's own bounds must say the
+    same, or a value one accepts and the other refuses would depend on how it was built."""
+    confidence = assessment_schema()["properties"][CONFIDENCE_KEY]
+    bounds = {type(m).__name__: m for m in JudgeAssessment.model_fields["confidence"].metadata}
+    assert (confidence["minimum"], confidence["maximum"]) == (bounds["Ge"].ge, bounds["Le"].le)
+    assert set(assessment_schema()["required"]) == {ANALYSIS_KEY, CONFIDENCE_KEY}
