@@ -96,14 +96,15 @@ def test_volatile_masking_is_bounded_and_linear() -> None:
     assert volatile_masked(long) == long  # past the cap, keyed as it is
     # adversarial shapes: one huge line without punctuation, digits and colons throughout
     for text in ("a" * 2_000_000, "1:2:" * 500_000, "attempt 1 of " * 150_000):
-        started = time.perf_counter()
+        # CPU time: other work on a shared machine stretches the wall clock, not this.
+        started = time.process_time()
         result_key(text, Outcome.OK)
-        assert time.perf_counter() - started < 1.0
+        assert time.process_time() - started < 1.0
     worst = "12:34:56 0x7f3a1c2b pid 12 attempt 3 tmpabcdefgh " * (VOLATILE_MAX_CHARS // 50)
-    started = time.perf_counter()
+    started = time.process_time()
     for _ in range(10):
         volatile_masked(worst[:VOLATILE_MAX_CHARS])
-    assert time.perf_counter() - started < 1.0
+    assert time.process_time() - started < 1.0
 
 
 def test_a_rerun_differing_only_in_its_timing_counts_as_a_repeat() -> None:
@@ -344,11 +345,11 @@ def test_revisit_is_bounded_on_adversarial_calls() -> None:
     read = step("read_file", {"path": huge, "blob": [huge] * 3}, huge, 0)
     cat = step("bash", {"command": "cat " + huge}, huge, 1)
     detector = RevisitDetector()
-    started = time.perf_counter()
+    started = time.process_time()
     for _ in range(50):
         detector.observe(read)
         detector.observe(cat)
-    assert time.perf_counter() - started < 1.0
+    assert time.process_time() - started < 1.0
     assert len(detector._window) <= REVISIT_WINDOW
 
 

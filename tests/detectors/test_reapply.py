@@ -329,11 +329,12 @@ def test_hostile_commands_take_linear_time(command: str) -> None:
             {"role": "tool", "tool_call_id": f"c{n}", "content": shell(0)},
         ]
     builder, detector = StepBuilder(), ReapplyDetector()
-    started = time.perf_counter()
+    # CPU time: other work on a shared machine stretches the wall clock, not this.
+    started = time.process_time()
     for msg in normalize_history(history):
         for step in builder.feed(msg):
             detector.observe(step)
-    assert time.perf_counter() - started < 2.0
+    assert time.process_time() - started < 2.0
 
 
 def test_memory_stays_bounded_over_a_long_run() -> None:

@@ -257,9 +257,10 @@ def test_every_builtin_kind_is_documented() -> None:
 def test_large_text_without_secrets_is_fast() -> None:
     # A long base64 blob and a long identifier must not trigger quadratic backtracking.
     blob = "iVBORw0KGgo" * 20_000 + " " + "a_key_like_identifier" * 5_000 + "=1"
-    started = time.perf_counter()
+    # CPU time: other work on a shared machine stretches the wall clock, not this.
+    started = time.process_time()
     assert redact(blob) == blob
-    assert time.perf_counter() - started < 2.0
+    assert time.process_time() - started < 2.0
 
 
 # -- the corpus (issue 12, defect 1) -------------------------------------------------------------
@@ -405,9 +406,9 @@ MEGABYTE_SECONDS = 20.0
 )
 def test_a_megabyte_without_punctuation_is_fast(unit: str) -> None:
     text = unit * (1_000_000 // len(unit)) + _TRIGGERS
-    started = time.perf_counter()
+    started = time.process_time()
     redact(text)
-    assert time.perf_counter() - started < MEGABYTE_SECONDS
+    assert time.process_time() - started < MEGABYTE_SECONDS
 
 
 @pytest.mark.parametrize(
