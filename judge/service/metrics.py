@@ -1,17 +1,25 @@
-"""Prometheus metrics of the sidecar and the proxy guardrail, in the text exposition format.
+"""Prometheus metrics of the sidecar and the proxy guardrail, kept by prometheus_client.
 
-Written by hand rather than with prometheus_client: a dozen counters and two histograms
-do not justify a dependency, and an instance per app (no global default registry) keeps
-replicas in tests, and tests from each other, apart.
+Each `Metrics` has a `CollectorRegistry` of its own, never the process-wide default one:
+replicas in one test process, tests from each other, and the guardrail from the litellm
+proxy's own metrics (same process) stay apart.
 
 Everything is derived from verdicts, so the server and the guardrail count the same way.
 """
 
 from __future__ import annotations
 
-import math
-from collections import defaultdict
 from collections.abc import Iterable, Sequence
+
+from prometheus_client import (
+    CONTENT_TYPE_PLAIN_0_0_4,
+    CollectorRegistry,
+    Counter,
+    Histogram,
+    generate_latest,
+)
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.metrics_core import Metric
 
 from judge.verdict import Verdict
 
@@ -36,113 +44,126 @@ REQUEST_LATENCY_BUCKETS = (
     120.0,
 )
 
-Labels = tuple[tuple[str, str], ...]
+# The text format (version 0.0.4) every Prometheus server reads, as before.
+CONTENT_TYPE = CONTENT_TYPE_PLAIN_0_0_4
 
-_HELP: dict[str, tuple[str, str]] = {
-    "loop_judge_turns_total": ("counter", "Turns counted (turn_started calls that returned)."),
-    "loop_judge_preflight_checks_total": ("counter", "Preflight check_call requests."),
-    "loop_judge_judge_checks_total": ("counter", "Turns on which the judge model was asked."),
-    "loop_judge_judge_calls_total": ("counter", "Judge model calls, by model, stage, outcome."),
-    "loop_judge_loops_total": ("counter", "Loop verdicts, by loop kind, source and endpoint."),
-    "loop_judge_judge_errors_total": ("counter", "Errors reported on verdicts (judge failures)."),
-    "loop_judge_judge_tokens_total": ("counter", "Judge tokens, by model and direction."),
-    "loop_judge_judge_cost_usd_total": ("counter", "Judge cost in US$ as litellm priced it."),
-    "loop_judge_history_errors_total": ("counter", "Requests refused for a malformed history."),
-    "loop_judge_store_errors_total": ("counter", "Requests failed by the session store."),
+# Counter name -> (help, label names), in exposition order. Unlabelled counters are shown as
+# 0 before their first event, so a dashboard's rate() has a starting point.
+_COUNTERS: dict[str, tuple[str, tuple[str, ...]]] = {
+    "loop_judge_turns_total": ("Turns counted (turn_started calls that returned).", ()),
+    "loop_judge_preflight_checks_total": ("Preflight check_call requests.", ()),
+    "loop_judge_judge_checks_total": ("Turns on which the judge model was asked.", ()),
+    "loop_judge_judge_calls_total": (
+        "Judge model calls, by model, stage, outcome.",
+        ("model", "stage", "outcome"),
+    ),
+    "loop_judge_loops_total": (
+        "Loop verdicts, by loop kind, source and endpoint.",
+        ("kind", "source", "endpoint"),
+    ),
+    "loop_judge_judge_errors_total": ("Errors reported on verdicts (judge failures).", ()),
+    "loop_judge_judge_tokens_total": (
+        "Judge tokens, by model and direction.",
+        ("model", "direction"),
+    ),
+    "loop_judge_judge_cost_usd_total": ("Judge cost in US$ as litellm priced it.", ("model",)),
+    "loop_judge_history_errors_total": ("Requests refused for a malformed history.", ()),
+    "loop_judge_store_errors_total": ("Requests failed by the session store.", ("error",)),
     "loop_judge_replayed_turns_total": (
-        "counter",
         "Turn requests answered again without a new turn (a resend of the session's last).",
+        (),
     ),
     "loop_judge_sessions_restarted_total": (
-        "counter",
         "Sessions found without stored state whose history shows earlier turns (lost).",
+        (),
     ),
     "loop_judge_rejected_requests_total": (
-        "counter",
         "Requests refused before or during a turn, by reason (host, token, cpu_budget, "
         "append_conflict, idempotency_key).",
+        ("reason",),
     ),
-    "loop_judge_judge_latency_seconds": ("histogram", "Latency of one judge model call."),
-    "loop_judge_request_duration_seconds": ("histogram", "Time to answer a turn or call."),
-    "loop_judge_sessions_live": ("gauge", "Sessions used within the idle TTL."),
+    "loop_judge_unjudged_requests_total": (
+        "Requests the proxy guardrail passed on unjudged, by reason (no_session, bad_session_id).",
+        ("reason",),
+    ),
 }
+_JUDGE_LATENCY = "loop_judge_judge_latency_seconds"
+_REQUEST_DURATION = "loop_judge_request_duration_seconds"
+_SESSIONS_LIVE = "loop_judge_sessions_live"
 
 
-def _escape(value: str) -> str:
-    return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+class _Exposition:
+    """The one collector in a `Metrics` registry: its counters and histograms, less their
+    ``_created`` samples, then the live-session gauge when the store could say.
 
+    ``_created`` is dropped because in the text format Prometheus stores it as one more
+    gauge series beside every series (twice the series, none queried); prometheus_client's
+    `disable_created_metrics` would drop it process-wide, the proxy's own metrics included.
+    """
 
-def _fmt_labels(labels: Labels) -> str:
-    if not labels:
-        return ""
-    return "{" + ",".join(f'{k}="{_escape(v)}"' for k, v in labels) + "}"
+    def __init__(self, metrics: Sequence[Counter | Histogram]) -> None:
+        self.metrics = metrics
+        self.sessions_live: int | None = None
 
-
-def _fmt_value(value: float) -> str:
-    if math.isinf(value):
-        return "+Inf" if value > 0 else "-Inf"
-    return repr(float(value)) if not float(value).is_integer() else str(int(value))
-
-
-class _Histogram:
-    __slots__ = ("buckets", "count", "counts", "total")
-
-    def __init__(self, buckets: Sequence[float]) -> None:
-        self.buckets = tuple(buckets)
-        self.counts = [0] * len(self.buckets)
-        self.count = 0
-        self.total = 0.0
-
-    def observe(self, value: float) -> None:
-        self.count += 1
-        self.total += value
-        for i, bound in enumerate(self.buckets):
-            if value <= bound:
-                self.counts[i] += 1
-
-    def lines(self, name: str, labels: Labels) -> Iterable[str]:
-        for bound, count in zip(self.buckets, self.counts, strict=True):
-            yield f"{name}_bucket{_fmt_labels((*labels, ('le', _fmt_value(bound))))} {count}"
-        yield f"{name}_bucket{_fmt_labels((*labels, ('le', '+Inf')))} {self.count}"
-        yield f"{name}_sum{_fmt_labels(labels)} {_fmt_value(self.total)}"
-        yield f"{name}_count{_fmt_labels(labels)} {self.count}"
+    def collect(self) -> Iterable[Metric]:
+        for metric in self.metrics:
+            for family in metric.collect():  # a fresh family per call: ours to trim
+                created = family.name + "_created"
+                family.samples = [s for s in family.samples if s.name != created]
+                yield family
+        if self.sessions_live is not None:
+            yield GaugeMetricFamily(
+                _SESSIONS_LIVE, "Sessions used within the idle TTL.", value=self.sessions_live
+            )
 
 
 class Metrics:
-    """Counters and histograms of one server or guardrail instance.
-
-    Not thread-safe; both users run on one event loop.
-    """
+    """Counters and histograms of one server or guardrail instance (thread-safe, as
+    prometheus_client's metrics are)."""
 
     def __init__(self) -> None:
-        self._counters: dict[str, dict[Labels, float]] = defaultdict(lambda: defaultdict(float))
-        self._histograms: dict[str, dict[Labels, _Histogram]] = defaultdict(dict)
+        self.registry = CollectorRegistry()
+        self._counters = {
+            name: Counter(name, help_text, labels, registry=None)
+            for name, (help_text, labels) in _COUNTERS.items()
+        }
+        self._judge_latency = Histogram(
+            _JUDGE_LATENCY,
+            "Latency of one judge model call.",
+            ("model", "stage"),
+            buckets=JUDGE_LATENCY_BUCKETS,
+            registry=None,
+        )
+        self._request_duration = Histogram(
+            _REQUEST_DURATION,
+            "Time to answer a turn or call.",
+            ("endpoint",),
+            buckets=REQUEST_LATENCY_BUCKETS,
+            registry=None,
+        )
+        self._exposition = _Exposition(
+            [*self._counters.values(), self._judge_latency, self._request_duration]
+        )
+        self.registry.register(self._exposition)
 
     def inc(self, name: str, amount: float = 1.0, **labels: str) -> None:
-        self._counters[name][tuple(sorted(labels.items()))] += amount
-
-    def observe(self, name: str, value: float, buckets: Sequence[float], **labels: str) -> None:
-        key = tuple(sorted(labels.items()))
-        hist = self._histograms[name].get(key)
-        if hist is None:
-            hist = self._histograms[name][key] = _Histogram(buckets)
-        hist.observe(value)
+        """Add ``amount`` to counter ``name`` (``ValueError`` for a name not declared
+        above, or labels other than its own)."""
+        counter = self._counters.get(name)
+        if counter is None:
+            raise ValueError(f"no counter named {name!r}; declared: {', '.join(_COUNTERS)}")
+        (counter.labels(**labels) if labels else counter).inc(amount)
 
     def value(self, name: str, **labels: str) -> float:
-        """A counter's current value (tests and dashboards-in-a-pinch)."""
-        return self._counters.get(name, {}).get(tuple(sorted(labels.items())), 0.0)
+        """A sample's current value, 0.0 before its first event (tests, dashboards-in-a-pinch)."""
+        return self.registry.get_sample_value(name, labels) or 0.0
 
     # -- recording verdicts -------------------------------------------------------------
 
     def record_turn(self, verdict: Verdict, duration_s: float) -> None:
         """Count one turn and everything its verdict says about the judge."""
         self.inc("loop_judge_turns_total")
-        self.observe(
-            "loop_judge_request_duration_seconds",
-            duration_s,
-            REQUEST_LATENCY_BUCKETS,
-            endpoint="turn",
-        )
+        self._request_duration.labels(endpoint="turn").observe(duration_s)
         self._record_verdict(verdict, endpoint="turn")
         if verdict.judge_calls:
             self.inc("loop_judge_judge_checks_total")
@@ -150,13 +171,7 @@ class Metrics:
             model, stage = call.model, call.stage.value
             outcome = "ok" if call.ok else "error"
             self.inc("loop_judge_judge_calls_total", model=model, stage=stage, outcome=outcome)
-            self.observe(
-                "loop_judge_judge_latency_seconds",
-                call.latency_s,
-                JUDGE_LATENCY_BUCKETS,
-                model=model,
-                stage=stage,
-            )
+            self._judge_latency.labels(model=model, stage=stage).observe(call.latency_s)
             if call.prompt_tokens:
                 self.inc(
                     "loop_judge_judge_tokens_total",
@@ -179,12 +194,7 @@ class Metrics:
     def record_call(self, verdict: Verdict, duration_s: float) -> None:
         """Count one preflight check."""
         self.inc("loop_judge_preflight_checks_total")
-        self.observe(
-            "loop_judge_request_duration_seconds",
-            duration_s,
-            REQUEST_LATENCY_BUCKETS,
-            endpoint="call",
-        )
+        self._request_duration.labels(endpoint="call").observe(duration_s)
         self._record_verdict(verdict, endpoint="call")
 
     def _record_verdict(self, verdict: Verdict, *, endpoint: str) -> None:
@@ -200,43 +210,10 @@ class Metrics:
     # -- exposition ---------------------------------------------------------------------
 
     def render(self, *, sessions_live: int | None = None) -> str:
-        """The Prometheus text format (version 0.0.4); every family has HELP and TYPE."""
-        out: list[str] = []
-        for name, (kind, help_text) in _HELP.items():
-            if kind == "gauge":
-                if sessions_live is None:
-                    continue
-                out += [
-                    f"# HELP {name} {help_text}",
-                    f"# TYPE {name} gauge",
-                    f"{name} {sessions_live}",
-                ]
-                continue
-            out += [f"# HELP {name} {help_text}", f"# TYPE {name} {kind}"]
-            if kind == "counter":
-                series = self._counters.get(name, {})
-                if not series and name in _UNLABELLED:
-                    out.append(f"{name} 0")
-                for labels, value in sorted(series.items()):
-                    out.append(f"{name}{_fmt_labels(labels)} {_fmt_value(value)}")
-            else:
-                for labels, hist in sorted(self._histograms.get(name, {}).items()):
-                    out.extend(hist.lines(name, labels))
-        return "\n".join(out) + "\n"
-
-
-# Counters without labels are shown as 0 before their first event, so a dashboard's rate()
-# has a starting point.
-_UNLABELLED = frozenset(
-    {
-        "loop_judge_turns_total",
-        "loop_judge_preflight_checks_total",
-        "loop_judge_judge_checks_total",
-        "loop_judge_judge_errors_total",
-        "loop_judge_history_errors_total",
-        "loop_judge_replayed_turns_total",
-        "loop_judge_sessions_restarted_total",
-    }
-)
-
-CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+        """prometheus_client's text format (version 0.0.4, `CONTENT_TYPE`); the live-session
+        gauge is left out when ``sessions_live`` is None (the store could not say)."""
+        self._exposition.sessions_live = sessions_live
+        try:
+            return generate_latest(self.registry).decode()
+        finally:
+            self._exposition.sessions_live = None

@@ -23,6 +23,7 @@ from judge.integrations.litellm_proxy import (
     session_id_of,
 )
 from judge.service.store import MemoryStore, RedisStore
+from tests.service.exposition import sample
 from tests.serving import (
     failing_repeat_history,
     free_port,
@@ -96,14 +97,11 @@ async def test_observe_passes_everything_and_counts() -> None:
         before = copy.deepcopy(data)
         assert await hook(g, data) == before
     assert g.metrics.value("loop_judge_turns_total") == N_TURNS
-    loops = g.metrics.value(
-        "loop_judge_loops_total",
-        kind="exact_repeat",
-        source="heuristic:exact_repeat",
-        endpoint="turn",
-    )
-    assert loops == 2  # turns 3 and 4
-    assert "loop_judge_loops_total{" in g.metrics.render()
+    labels = {"kind": "exact_repeat", "source": "heuristic:exact_repeat", "endpoint": "turn"}
+    assert g.metrics.value("loop_judge_loops_total", **labels) == 2  # turns 3 and 4
+    exposed = g.metrics.render()  # what a scrape would read: the same counts
+    assert sample(exposed, "loop_judge_turns_total") == N_TURNS
+    assert sample(exposed, "loop_judge_loops_total", **labels) == 2
 
 
 async def test_nudge_appends_the_recovery_message() -> None:

@@ -19,6 +19,7 @@ from judge.service.app import OPENAPI_FILE, create_app, openapi_schema
 from judge.service.settings import ServerSettings, is_loopback
 from judge.service.store import MemoryStore
 from tests.fakes import answer, fake_judge, looping_history
+from tests.service.exposition import sample, samples, types
 from tests.serving import alternation_history, failing_repeat_history, prefixes
 
 pytestmark = pytest.mark.anyio
@@ -134,8 +135,9 @@ async def test_judge_failure_is_on_the_verdict_not_a_5xx() -> None:
         v = Verdict.model_validate(r.json())
         assert not v.looping and v.errors and v.judge_calls[0].error
         text = (await c.get("/metrics")).text
-    assert "loop_judge_judge_errors_total 1" in text
-    assert 'loop_judge_judge_calls_total{model="fake/fast",outcome="error",stage="fast"} 1' in text
+    assert sample(text, "loop_judge_judge_errors_total") == 1
+    calls = sample(text, "loop_judge_judge_calls_total", model=FAST, outcome="error", stage="fast")
+    assert calls == 1
 
 
 async def test_metrics_count_turns_loops_and_judge_spend() -> None:
@@ -154,27 +156,40 @@ async def test_metrics_count_turns_loops_and_judge_spend() -> None:
             await c.post("/v1/sessions/s/turns", json={"messages": h})
         await c.post("/v1/sessions/other/turns", json={"messages": history[:2]})
         r = await c.get("/metrics")
-    assert r.status_code == 200 and r.headers["content-type"].startswith("text/plain")
-    lines = set(r.text.splitlines())
-    assert "loop_judge_turns_total 3" in lines
-    assert "loop_judge_judge_checks_total 1" in lines
-    assert 'loop_judge_loops_total{endpoint="turn",kind="cognitive",source="llm"} 1' in lines
-    assert 'loop_judge_judge_tokens_total{direction="prompt",model="fake/fast"} 100' in lines
-    assert 'loop_judge_judge_cost_usd_total{model="fake/confirm"} 0.0001' in lines
-    assert 'loop_judge_judge_latency_seconds_count{model="fake/fast",stage="fast"} 1' in lines
-    assert "loop_judge_sessions_live 2" in lines
-    for name in ("turns_total", "judge_latency_seconds", "sessions_live"):
-        assert f"# TYPE loop_judge_{name} " in r.text
+    assert r.status_code == 200
+    assert r.headers["content-type"] == "text/plain; version=0.0.4; charset=utf-8"
+    found = samples(r.text)
+
+    def value(name: str, **labels: str) -> float | None:
+        return found.get((name, frozenset(labels.items())))
+
+    assert value("loop_judge_turns_total") == 3
+    assert value("loop_judge_judge_checks_total") == 1
+    assert value("loop_judge_loops_total", endpoint="turn", kind="cognitive", source="llm") == 1
+    assert value("loop_judge_judge_tokens_total", direction="prompt", model=FAST) == 100
+    assert value("loop_judge_judge_cost_usd_total", model=CONFIRM) == 0.0001
+    assert value("loop_judge_judge_latency_seconds_count", model=FAST, stage="fast") == 1
+    assert value("loop_judge_sessions_live") == 2
+    declared = types(r.text)
+    assert declared["loop_judge_turns"] == "counter"
+    assert declared["loop_judge_judge_latency_seconds"] == "histogram"
+    assert declared["loop_judge_sessions_live"] == "gauge"
+    # One registry per app, without the library's `_created` series.
+    assert not [name for name, _labels in found if name.endswith("_created")]
 
 
 async def test_loops_are_counted_by_kind_and_source(client: httpx.AsyncClient) -> None:
     for h in prefixes(failing_repeat_history(4), 4):
         await client.post("/v1/sessions/s/turns", json={"messages": h})
     text = (await client.get("/metrics")).text
-    assert (
-        'loop_judge_loops_total{endpoint="turn",kind="exact_repeat",'
-        'source="heuristic:exact_repeat"} 2' in text  # turns 3 and 4
+    loops = sample(
+        text,
+        "loop_judge_loops_total",
+        endpoint="turn",
+        kind="exact_repeat",
+        source="heuristic:exact_repeat",
     )
+    assert loops == 2  # turns 3 and 4
 
 
 async def test_token_is_required_when_set() -> None:
