@@ -1,0 +1,108 @@
+"""Rebuild ``evals/unseen_dev/openhands_sdk/`` from a snapshot of OpenHands/benchmarks.
+
+Several commits of https://github.com/OpenHands/benchmarks (MIT) carry the event logs of
+OpenHands agent-SDK conversations under ``workspace/conversations/<id>/event_service/``
+(SWE-bench instances solved by the SDK's default agent with Claude Sonnet 4, September 2025).
+A conversation appears in several commits with more events as it ran; the commit holding the
+most events of each conversation is used. Every conversation with more than
+``MIN_EVENTS`` events is converted (no selection by content), so the folder is the whole
+population, not a sample picked for looping.
+
+Run from the repository root with the git directory of the snapshot:
+    .venv/bin/python evals/unseen_dev/build_openhands_sdk.py /path/to/OpenHands+benchmarks/repo
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import subprocess
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+from judge_eval.openhands_events import events_to_messages
+
+REPO = "OpenHands/benchmarks"
+LICENSE = "MIT"
+OUT = Path(__file__).parent / "openhands_sdk"
+#: Conversations with this many events or fewer never reached a model turn (a system prompt
+#: and at most one user message: aborted starts), so they carry no behaviour to judge.
+MIN_EVENTS = 2
+_EVENT_FILE = re.compile(r"^workspace/conversations/([0-9a-f]{32})/event_service/events/")
+
+
+def git(repo: Path, *args: str) -> str:
+    return subprocess.run(
+        ["git", "-C", str(repo), *args], capture_output=True, text=True, check=True
+    ).stdout
+
+
+def best_commits(repo: Path) -> dict[str, tuple[int, str]]:
+    """For each conversation id, (event count, commit) of the commit that holds most events."""
+    best: dict[str, tuple[int, str]] = {}
+    for commit in git(repo, "rev-list", "--all").split():
+        counts: dict[str, int] = defaultdict(int)
+        for name in git(repo, "ls-tree", "-r", "--name-only", commit).splitlines():
+            match = _EVENT_FILE.match(name)
+            if match:
+                counts[match.group(1)] += 1
+        for conversation, count in counts.items():
+            if count > best.get(conversation, (0, ""))[0]:
+                best[conversation] = (count, commit)
+    return best
+
+
+def convert(repo: Path, conversation: str, commit: str) -> dict[str, Any]:
+    folder = f"workspace/conversations/{conversation}/event_service"
+    names = sorted(
+        n
+        for n in git(repo, "ls-tree", "-r", "--name-only", commit, folder).splitlines()
+        if "/events/" in n
+    )
+    events = [json.loads(git(repo, "show", f"{commit}:{name}")) for name in names]
+    base = json.loads(git(repo, "show", f"{commit}:{folder}/base_state.json"))
+    model = base.get("agent", {}).get("llm", {}).get("model")
+    converted = events_to_messages(events)
+    return {
+        "id": f"openhands-sdk-{conversation[:12]}",
+        "source": {
+            "repo": REPO,
+            "path": f"{folder}/events/",
+            "commit": commit,
+            "license": LICENSE,
+            "record": f"conversation={conversation}; {len(events)} event files",
+        },
+        "meta": {
+            "agent": "OpenHands agent SDK (v1, default agent, function calling)",
+            "model": model,
+            "task": "SWE-bench instance (benchmark harness run)",
+            "skipped_events": converted.skipped,
+            "truncated_messages": converted.truncated,
+        },
+        "labels": None,
+        "messages": converted.messages,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument(
+        "repo", type=Path, help="git directory of the OpenHands/benchmarks snapshot"
+    )
+    args = parser.parse_args()
+    OUT.mkdir(parents=True, exist_ok=True)
+    written = 0
+    for conversation, (count, commit) in sorted(best_commits(args.repo).items()):
+        if count <= MIN_EVENTS:
+            continue
+        record = convert(args.repo, conversation, commit)
+        path = OUT / f"{record['id']}.json"
+        path.write_text(json.dumps(record, ensure_ascii=False, indent=1) + "\n", encoding="utf-8")
+        written += 1
+    print(f"wrote {written} runs to {OUT}")
+
+
+if __name__ == "__main__":
+    main()
