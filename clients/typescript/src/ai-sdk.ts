@@ -50,6 +50,11 @@ export class LoopJudgeRefusal extends Error {
     this.name = "LoopJudgeRefusal";
     this.verdict = verdict;
   }
+
+  /** The SDK sends a thrown error's `toString()` to the model: the message alone. */
+  override toString(): string {
+    return this.message;
+  }
 }
 
 export interface LoopJudgeOptions {
@@ -221,6 +226,9 @@ export function createLoopJudge(options: LoopJudgeOptions): LoopJudge {
   const stopping = new WeakMap<CallOptions, Verdict>();
   let lastVerdict: Verdict | undefined;
   let stopped = false;
+  // A preflight that answered stop: the refused call's error result is the model's last
+  // input, and its next call is answered with the stop (as a stop turn would be).
+  let preflightStop: Verdict | undefined;
 
   const middleware: LanguageModelMiddleware = {
     specificationVersion: "v4",
@@ -229,7 +237,7 @@ export function createLoopJudge(options: LoopJudgeOptions): LoopJudge {
         ...(params.abortSignal ? { signal: params.abortSignal } : {}),
       });
       options.onVerdict?.(judged, "turn");
-      const verdict = judged.verdict;
+      const verdict = judged.verdict.action === "stop" ? judged.verdict : (preflightStop ?? judged.verdict);
       lastVerdict = verdict;
       if (verdict.action === "stop") {
         const next = { ...params };
@@ -277,7 +285,10 @@ export function createLoopJudge(options: LoopJudgeOptions): LoopJudge {
             ...(execution.abortSignal ? { signal: execution.abortSignal } : {}),
           });
           options.onVerdict?.(judged, "preflight");
-          if (judged.verdict.looping) throw new LoopJudgeRefusal(judged.verdict);
+          if (judged.verdict.looping) {
+            if (judged.verdict.action === "stop") preflightStop ??= judged.verdict;
+            throw new LoopJudgeRefusal(judged.verdict);
+          }
           return execute(input, execution);
         },
       };
