@@ -1,6 +1,6 @@
 """Every fenced code block in README.md and docs/ works as pasted.
 
-Each block is checked one of three ways, and a block none of them covers fails
+Each block is checked one of four ways, and a block none of them covers fails
 `test_every_block_is_checked`:
 
 - run: a Python block runs in a fresh interpreter, outside the repository, with no
@@ -11,6 +11,8 @@ Each block is checked one of three ways, and a block none of them covers fails
   machine;
 - typed: a block that cannot run here (`CANNOT_RUN_HERE` says why) is type-checked with
   mypy --strict against the installed framework (the ``integrations`` extra);
+- tsc: a TypeScript block is compiled by the TypeScript client's tests
+  (``clients/typescript/test/docs.test.ts``, run by CI after this suite);
 - rule: a shell, JSON, YAML or sample-output block is checked against what it names: every
   command line matches one rule of `check_command` (an install names only extras that
   exist, a ``loop-judge`` command and its options exist, an exported variable is one
@@ -60,6 +62,10 @@ THIRD_PARTY_INSTALLS = {
 # Variables the docs export that belong to other programs.
 OTHER_PROGRAMS_VARIABLES = frozenset({"LITELLM_MASTER_KEY", "OPENAI_API_KEY"})
 FENCE = re.compile(r"^(`{3,})([\w-]*)\s*$")
+# TypeScript blocks are compiled by the TypeScript client's own tests (tsc --strict against
+# the package and the installed `ai`), which CI runs after this suite; Python has no tsc.
+TYPESCRIPT = frozenset({"ts", "typescript"})
+TYPESCRIPT_DOCS_TEST = REPO / "clients" / "typescript" / "test" / "docs.test.ts"
 
 
 @dataclass(frozen=True)
@@ -103,11 +109,23 @@ def how_checked(block: Block) -> str:
         return "typed" if imported_modules(block.text) & set(CANNOT_RUN_HERE) else "run"
     if block.lang in ("bash", "json", "yaml", "text"):
         return "rule"
+    if block.lang in TYPESCRIPT:
+        return "tsc"
     return "unchecked"
 
 
 def blocks_checked(how: str) -> list[Block]:
     return [block for block in BLOCKS if how_checked(block) == how]
+
+
+def test_typescript_blocks_have_their_compile_test() -> None:
+    """The ts blocks are counted as checked because the client's tests compile each one:
+    that test must exist and read the same pages and languages."""
+    if not blocks_checked("tsc"):
+        pytest.skip("no TypeScript block in the docs")
+    source = TYPESCRIPT_DOCS_TEST.read_text("utf-8")
+    assert '"README.md"' in source and '"docs"' in source
+    assert all(f'"{lang}"' in source for lang in TYPESCRIPT)
 
 
 def test_every_block_is_checked() -> None:
