@@ -23,7 +23,7 @@ __all__ = ["add_parser", "main", "run"]
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     hook = sub.add_parser(
         "hook",
-        help="answer an agent's hook event (Claude Code, Gemini CLI, Codex) from stdin",
+        help="answer an agent's hook event (Claude Code, Gemini CLI, Codex, Cursor) from stdin",
         description="Run as an agent's hook: read the event JSON on stdin, answer in the "
         "agent's hook protocol on stdout. Always exits 0; problems go to stderr.",
     )
@@ -69,6 +69,21 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         help="where session states are kept (default: as for claude-code)",
     )
     codex.set_defaults(func=run)
+    cursor = agents.add_parser(
+        "cursor",
+        help="Cursor's preToolUse, postToolUse, postToolUseFailure and stop hooks",
+        description="The Claude Code hook's loop protection for Cursor (.cursor/hooks.json): "
+        "denies a call that would repeat a loop (preToolUse, and beforeShellExecution / "
+        "beforeMCPExecution of older releases), tells the agent after a repeated result "
+        "(postToolUse), and asks for one follow-up when the run ends in a loop (stop). "
+        "Prints JSON ({} for no opinion), exits 0.",
+    )
+    cursor.add_argument(
+        "--state-dir",
+        default=None,
+        help="where session states are kept (default: as for claude-code)",
+    )
+    cursor.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace, console: Any = None) -> int:

@@ -43,7 +43,7 @@ __all__ = [
 ]
 
 # The agents a daemon answers for (judge.hooks.daemon has one handler each).
-AGENTS = ("claude-code", "gemini", "codex")
+AGENTS = ("claude-code", "gemini", "codex", "cursor")
 # The wire format's name and version: a client and a daemon of different formats never
 # talk past each other (the daemon answers "stale" to anything else).
 PROTOCOL = b"loop-judge-hook/1"

@@ -1060,7 +1060,8 @@ def answer_raw(
     nothing). Never raises. The command and the daemon both print exactly this.
     ``agent`` ``"gemini"`` reads and answers Gemini CLI's protocol
     (`judge.integrations.gemini_cli`), ``"codex"`` Codex's (`judge.integrations.codex`),
-    with the same session logic."""
+    ``"cursor"`` Cursor's (`judge.integrations.cursor`, also for a Cursor payload given
+    to ``"claude-code"``), with the same session logic."""
     # The tracker logs loop verdicts; in a hook process nobody reads them, and Python's
     # last-resort handler would print each on stderr beside our one line. Added once: the
     # daemon answers many events in one process.
@@ -1082,6 +1083,16 @@ def answer_raw(
             # Gemini CLI parses stdout as JSON on exit 0: "{}" says "no opinion".
             shown = gemini_cli.gemini_json(answer, event if isinstance(event, str) else None)
             return json.dumps(shown, ensure_ascii=False) + "\n", ""
+        if agent == "cursor" or (agent == "claude-code" and _from_cursor(payload)):
+            from judge.integrations import cursor
+
+            agent = "cursor"
+            event = payload.get("hook_event_name") if isinstance(payload, dict) else None
+            payload = cursor.to_claude_payload(payload)
+            answer = handle_payload(payload, state_dir=state_dir, config=config, cache=cache)
+            # Cursor reads stdout as JSON on exit 0: "{}" says "no opinion".
+            shown = cursor.cursor_json(answer, event if isinstance(event, str) else None)
+            return json.dumps(shown, ensure_ascii=False) + "\n", ""
         if agent == "codex":
             from judge.integrations import codex
 
@@ -1093,7 +1104,20 @@ def answer_raw(
         out = json.dumps(answer.to_json(), ensure_ascii=False) + "\n" if answer else ""
         return out, ""
     except Exception as exc:  # a hook must never break the agent: anything at all
-        return "", _ignored(exc)
+        # Cursor reads an empty stdout as a failed hook, which a hook set to fail closed
+        # turns into a refusal: "{}" lets the call through whatever its settings.
+        return ("{}\n" if agent == "cursor" else ""), _ignored(exc)
+
+
+def _from_cursor(payload: Any) -> bool:
+    """Whether a payload given to the claude-code hook is Cursor's: Cursor runs Claude
+    Code's settings.json hooks too (its "third-party hooks"), with its own payloads.
+    The Cursor module is imported only for a payload with one of its fields."""
+    if not isinstance(payload, dict) or not payload.keys() & {"conversation_id", "cursor_version"}:
+        return False
+    from judge.integrations import cursor
+
+    return cursor.is_cursor_payload(payload)
 
 
 def _ignored(exc: BaseException) -> str:

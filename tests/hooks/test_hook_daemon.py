@@ -400,7 +400,8 @@ def test_the_client_parses_what_claude_code_passes() -> None:
     assert client._parse(["claude-code", "--state-dir=/s"]) == ("claude-code", "/s")
     assert client._parse(["gemini"]) == ("gemini", None)
     assert client._parse(["codex", "--state-dir", "/s"]) == ("codex", "/s")
-    for other in ([], ["cursor"], ["claude-code", "-h"], ["claude-code", "--state-dir"]):
+    assert client._parse(["cursor", "--state-dir=/s"]) == ("cursor", "/s")
+    for other in ([], ["windsurf"], ["claude-code", "-h"], ["claude-code", "--state-dir"]):
         assert client._parse(other) is None
     # One daemon per installation and configuration: settings change the socket.
     assert client.socket_path("/d", []) != client.socket_path("/d", [("LOOP_JUDGE_X", "1")])

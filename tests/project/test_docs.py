@@ -502,6 +502,22 @@ def test_codex_hooks_name_the_hook_events() -> None:
                 check_command(hook["command"].rpartition("/")[2])
 
 
+def test_cursor_hooks_name_the_hook_events() -> None:
+    from judge.integrations import cursor
+
+    (block,) = [b for b in BLOCKS if b.lang == "json" and "hook cursor" in b.text]
+    config = json.loads(block.text)
+    # Cursor's hooks.json: schema version 1, each event a list of {"command": ...}.
+    assert config["version"] == 1
+    assert set(config["hooks"]) == set(cursor.EVENTS)
+    for hooks in config["hooks"].values():
+        for hook in hooks:
+            assert set(hook) == {"command"}
+            # The absolute form: Cursor runs project hooks from the project's root.
+            assert hook["command"] == "/path/to/venv/bin/loop-judge hook cursor"
+            check_command(hook["command"].rpartition("/")[2])
+
+
 def test_the_proxy_config_is_the_tested_example() -> None:
     """The YAML on the page is examples/litellm_proxy.yaml (tests/project/test_examples.py loads
     it as the proxy does), without its header comment."""
