@@ -1,5 +1,9 @@
 """uvicorn's HTTP/1.1 protocol with a deadline on reading each request (slowloris).
 
+A subclass of uvicorn's own, since uvicorn (0.54, every HTTP protocol it has) has no read
+deadline to set: the request-start and request-complete timeouts planned upstream
+(encode/uvicorn issue 157) were never added.
+
 uvicorn times out idle keep-alive connections, but not a connection that opened and sent
 nothing, nor one that trickles a request's head or body a byte at a time: any byte cancels
 its keep-alive timer, and nothing else ever fires. A few hundred such connections hold a

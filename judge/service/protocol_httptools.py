@@ -1,5 +1,8 @@
 """uvicorn's httptools protocol (a C HTTP/1.1 parser) with the same guards as the h11 one.
 
+A subclass of uvicorn's own for the reason `judge.service.protocol` gives: uvicorn has no
+per-request read deadline to set.
+
 `judge.service.protocol` puts a read deadline on each request (slowloris) on top of h11,
 uvicorn's pure-Python parser, whose parsing is a large share of the server's CPU for a
 short turn. Where httptools is installed (the ``serve`` extra has

@@ -2,36 +2,33 @@
 
 The detectors are pure Python: run on the event loop, one pathological request (a huge
 history, a text shape a regex handles badly) would stall every other session and
-``/healthz`` with it. Here a turn runs in one of a bounded set of threads (an anyio
-`CapacityLimiter`), each with an event loop of its own, so the tracker's async code runs
+``/healthz`` with it. Here a turn runs in one of anyio's worker threads
+(``anyio.to_thread.run_sync``), at most ``threads`` at once (an anyio `CapacityLimiter`).
+Each worker thread keeps an event loop of its own, so the tracker's async code runs
 unchanged; the judge's model requests are sent back to the server's loop (`MainLoopClient`),
 which owns the connections.
 
-The threads are this module's own small pool rather than anyio's: a turn is handed over
-through one C queue and its result comes back with one ``call_soon_threadsafe``, where
-``anyio.to_thread`` added a capacity limiter's checkpoint (a loop iteration), a shielded
-cancel scope and a lock-based queue per call, about as much CPU as a short turn itself.
-
-A watchdog on the server's loop reads the worker thread's CPU clock; past the budget it
-raises `_OverBudget` inside that thread (CPython's ``PyThreadState_SetAsyncExc``: delivered
-at the next bytecode, so it stops Python-level work but not one long C call, such as a
-single regex match). The caller gets `TurnOverBudget`; the tracker may be half-updated and
-must be discarded. Time spent waiting (for the GIL, for a judge reply) is not CPU time and
-is not counted.
+The CPU budget is our own code because anyio has no way to stop a thread: a watchdog on the
+server's loop reads the worker thread's CPU clock (the thread records its id on entry);
+past the budget it raises `_OverBudget` inside that thread (CPython's
+``PyThreadState_SetAsyncExc``: delivered at the next bytecode, so it stops Python-level
+work but not one long C call, such as a single regex match). The caller gets
+`TurnOverBudget`; the tracker may be half-updated and must be discarded. Time spent waiting
+(for the GIL, for a judge reply) is not CPU time and is not counted.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import ctypes
-import queue
-import selectors
 import threading
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
+
+import anyio
+import anyio.to_thread
 
 from judge.errors import LoopJudgeError
 from judge.llm.client import LLMClient, ModelReply
@@ -41,9 +38,6 @@ T = TypeVar("T")
 # How often the watchdog reads the worker's CPU clock: the budget is overshot by at most
 # this, and each check costs ~2 us of the loop's time.
 WATCH_INTERVAL_S = 0.05
-# A worker thread idle this long exits (anyio's own worker threads use the same 10 s):
-# a burst's threads do not linger, a steady load keeps its threads.
-IDLE_THREAD_S = 10.0
 
 
 class TurnOverBudget(LoopJudgeError):
@@ -83,42 +77,33 @@ def _cpu_clock(thread_id: int) -> Callable[[], float]:
     return lambda: time.clock_gettime(clock_id)
 
 
-class _NoPollWhenBusySelector(selectors.DefaultSelector):
-    """A selector that skips the zero-timeout poll a loop makes while it has work queued.
+class _OwnedLoop:
+    """A worker thread's event loop, closed when the thread ends: anyio exits a worker
+    thread idle for 10 s, the thread's locals are dropped with it, and so is this."""
 
-    A heuristics-only turn runs two loop iterations, each with ``epoll(0)``; the poll
-    releases the GIL, and taking it back waits for the server's thread to give it up (up
-    to the 5 ms switch interval), so a 1 ms turn took several. Skipping it only defers
-    socket events to the loop's next idle moment; the worker loops own no sockets anyway
-    (judge requests run on the server's loop, and its answers arrive by
-    ``call_soon_threadsafe``, which queues the callback without any poll).
-    """
+    def __init__(self) -> None:
+        # A selector loop on every platform: it owns no sockets (judge requests run on the
+        # server's loop), so nothing needs the proactor Windows would pick.
+        self.loop: asyncio.AbstractEventLoop = asyncio.SelectorEventLoop()
 
-    def select(self, timeout: float | None = None) -> list[tuple[selectors.SelectorKey, int]]:
-        if timeout is not None and timeout <= 0:
-            return []
-        return super().select(timeout)
+    def __del__(self) -> None:  # its selector holds descriptors
+        if not self.loop.is_closed() and not self.loop.is_running():
+            self.loop.close()
 
 
 class _ThreadLoop(threading.local):
-    """One event loop per worker thread, made on first use, closed when the thread ends."""
+    """One event loop per worker thread, made on its first turn and reused by the next."""
 
-    loop: asyncio.AbstractEventLoop | None = None
+    owned: _OwnedLoop | None = None
 
     def get(self) -> asyncio.AbstractEventLoop:
-        if self.loop is None or self.loop.is_closed():
-            self.loop = asyncio.SelectorEventLoop(_NoPollWhenBusySelector())
-        return self.loop
+        if self.owned is None or self.owned.loop.is_closed():
+            self.owned = _OwnedLoop()
+        return self.owned.loop
 
     def drop(self) -> None:
         """Forget a loop whose run was interrupted (its tasks may be in any state)."""
-        loop, self.loop = self.loop, None
-        if loop is not None and not loop.is_running():
-            loop.close()
-
-    def __del__(self) -> None:  # the thread ended: its loop's selector holds descriptors
-        if self.loop is not None and not self.loop.is_closed():
-            self.loop.close()
+        self.owned = None  # closed by _OwnedLoop.__del__
 
 
 @dataclass(eq=False)  # hashed by identity: the runner keeps its running jobs in a set
@@ -133,44 +118,28 @@ class _Job:
     fired: bool = False
 
 
-# What a worker thread is handed: the job, the work, and where its outcome goes.
-_Item = tuple[_Job, Callable[[], Awaitable[Any]], asyncio.Future[Any], asyncio.AbstractEventLoop]
-
-
-def _settle(future: asyncio.Future[Any], result: Any, error: BaseException | None) -> None:
-    if future.done():  # the loop is shutting down and cancelled it
-        return
-    if error is not None:
-        future.set_exception(error)
-    else:
-        future.set_result(result)
-
-
 class TurnRunner:
-    """Runs coroutine functions in bounded worker threads, each under a CPU budget."""
+    """Runs coroutine functions in at most ``threads`` worker threads, each under a CPU
+    budget."""
 
     def __init__(self, *, threads: int, cpu_budget_s: float | None) -> None:
         self.threads = threads
         self.cpu_budget_s = cpu_budget_s
-        self._queue: queue.SimpleQueue[_Item | None] = queue.SimpleQueue()
-        # Under _pool_lock: threads started and alive, those waiting for work, and work
-        # queued that no thread has taken yet (a new thread starts when it exceeds idle).
-        self._pool_lock = threading.Lock()
-        self._alive = 0
-        self._idle = 0
-        self._queued = 0
+        self._limiter = anyio.CapacityLimiter(threads)
         self._loops = _ThreadLoop()
         self.main_loop: asyncio.AbstractEventLoop | None = None
-        # One watchdog for all running jobs: a task per turn (created, woken every
-        # interval, cancelled) cost the server's loop more than a short turn itself.
+        # One watchdog for all running jobs, not a task per turn.
         self._jobs: set[_Job] = set()
         self._watchdog: asyncio.Task[None] | None = None
 
     async def run(self, work: Callable[[], Awaitable[T]]) -> T:
         """``await work()`` in a worker thread; raises `TurnOverBudget` past the budget.
 
-        Not cancellable once started (the thread cannot be abandoned while it holds a
-        session's tracker); the budget is what bounds it.
+        Not cancellable once called (the thread cannot be abandoned while it holds a
+        session's tracker); the budget is what bounds it. anyio shields the thread's run
+        from its own cancel scopes but not from a plain ``Task.cancel()`` (what litellm's
+        proxy and ``asyncio.wait_for`` do), so the run is a task of its own, awaited
+        through `_uncancellable`.
         """
         if self.main_loop is None:
             self.main_loop = asyncio.get_running_loop()
@@ -178,51 +147,16 @@ class TurnRunner:
         if self.cpu_budget_s is not None:
             self._jobs.add(job)
             self._ensure_watchdog(self.cpu_budget_s)
-        loop = asyncio.get_running_loop()
-        future: asyncio.Future[T] = loop.create_future()
-        self._submit((job, work, future, loop))
+        call = asyncio.ensure_future(
+            anyio.to_thread.run_sync(self._in_thread, job, work, limiter=self._limiter)
+        )
         try:
-            return await _uncancellable(future)
+            return await _uncancellable(call)
         except _OverBudget:
             used = job.clock() - job.cpu_start if job.clock is not None else 0.0
             raise TurnOverBudget(self.cpu_budget_s or 0.0, used) from None
         finally:
             self._jobs.discard(job)
-
-    def _submit(self, item: _Item) -> None:
-        with self._pool_lock:
-            self._queued += 1
-            start = self._queued > self._idle and self._alive < self.threads
-            if start:
-                self._alive += 1
-        if start:
-            threading.Thread(target=self._serve, name="loop-judge-turn", daemon=True).start()
-        self._queue.put(item)
-
-    def _serve(self) -> None:
-        """A worker thread: take jobs until idle for `IDLE_THREAD_S`."""
-        while True:
-            with self._pool_lock:
-                self._idle += 1
-            try:
-                item = self._queue.get(timeout=IDLE_THREAD_S)
-            except queue.Empty:
-                item = None
-            with self._pool_lock:
-                self._idle -= 1
-                if item is None:
-                    if self._queued > self._idle:  # work arrived as we gave up: stay
-                        continue
-                    self._alive -= 1
-                    return
-                self._queued -= 1
-            job, work, future, loop = item
-            try:
-                result = self._in_thread(job, work)
-            except BaseException as exc:  # handed to the waiting caller, as is
-                _report(loop, future, None, exc)
-            else:
-                _report(loop, future, result, None)
 
     def _ensure_watchdog(self, budget_s: float) -> None:
         """Start the shared watchdog unless one is running on this loop (it stops by
@@ -276,17 +210,6 @@ def _check(job: _Job, budget_s: float) -> None:
 
 async def _call(work: Callable[[], Awaitable[T]]) -> T:
     return await work()
-
-
-def _report(
-    loop: asyncio.AbstractEventLoop,
-    future: asyncio.Future[Any],
-    result: Any,
-    error: BaseException | None,
-) -> None:
-    # RuntimeError: the loop closed while the turn ran, and nobody is waiting.
-    with contextlib.suppress(RuntimeError):
-        loop.call_soon_threadsafe(_settle, future, result, error)
 
 
 async def _uncancellable(future: asyncio.Future[T]) -> T:

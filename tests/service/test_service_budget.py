@@ -7,6 +7,7 @@ held the loop for 17.9 s), and a turn past ``turn_cpu_budget_s`` is stopped and 
 
 from __future__ import annotations
 
+import asyncio
 import json
 import threading
 import time
@@ -225,3 +226,46 @@ async def test_the_runner_uses_at_most_its_threads_and_finishes_what_it_started(
     with anyio.move_on_after(0.1):
         await runner.run(long_turn)
     assert started.is_set() and finished[-1] == 99
+
+
+async def test_a_plain_task_cancel_still_waits_for_the_turn() -> None:
+    """litellm's proxy and ``asyncio.wait_for`` cancel with ``Task.cancel()``, which anyio's
+    shield does not stop; the caller still waits for its thread, then is cancelled."""
+    runner = TurnRunner(threads=1, cpu_budget_s=None)
+    started = threading.Event()
+    finished: list[int] = []
+
+    async def long_turn() -> int:
+        started.set()
+        await anyio.sleep(0.3)
+        finished.append(1)
+        return 1
+
+    task = asyncio.ensure_future(runner.run(long_turn))
+    while not started.is_set():
+        await anyio.sleep(0.01)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert finished == [1]
+
+
+def test_a_worker_thread_reuses_its_loop_and_closes_it_when_the_thread_ends() -> None:
+    loops: list[asyncio.AbstractEventLoop] = []
+    threads: list[threading.Thread] = []
+
+    async def turn() -> None:
+        loops.append(asyncio.get_running_loop())
+        threads.append(threading.current_thread())
+
+    async def serve() -> None:
+        runner = TurnRunner(threads=1, cpu_budget_s=1.0)
+        for _ in range(3):
+            await runner.run(turn)
+        assert len({id(loop) for loop in loops}) == 1 and not loops[0].is_closed()
+
+    asyncio.run(serve())  # anyio ends its worker threads with the loop that made them
+    assert len(set(threads)) == 1 and threads[0] is not threading.main_thread()
+    threads[0].join(10.0)
+    assert not threads[0].is_alive()
+    assert loops[0].is_closed()
