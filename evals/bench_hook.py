@@ -1,27 +1,31 @@
-"""How long does the Claude Code hook make the agent wait on each tool call?
+"""How long does a coding agent's hook make the agent wait on each tool call?
 
-Claude Code starts the hook command as a new process for every hook event and waits for
-it: on PreToolUse and PostToolUse of every tool call, and on Stop. This script plays a
-session of `CALLS` tool calls the way Claude Code runs it (a transcript that grows as it
-writes it, each event's JSON on a fresh process's stdin) three times side by side, one
-event of each in turn so that all three see the same machine load:
+Claude Code, Gemini CLI, Codex and Cursor each start the hook command as a new process
+for every hook event and wait for it: before and after every tool call, and when a turn
+ends. This script plays a session of `CALLS` tool calls the way each agent runs it (its
+own event names and payload shapes; Claude Code's transcript growing as it writes it;
+the session's state file growing for all four), each event's JSON on a fresh process's
+stdin, side by side, one event of each in turn so that all of them see the same load:
 
 - ``python -c pass``: the interpreter's own start, for scale (once per event);
-- daemon path: ``python -m judge.hooks claude-code`` answered by the warm per-user daemon
+- daemon path: ``python -m judge.hooks <agent>`` answered by the warm per-user daemon
   (`judge.hooks.daemon`; started by the first event, as a user's first tool call does);
-- cold path: the same command with ``LOOP_JUDGE_HOOK_DAEMON=off``, which answers in
-  process: what every event cost before the daemon.
+- cold path (one agent only): the same command with ``LOOP_JUDGE_HOOK_DAEMON=off``, which
+  answers in process: what every event cost before the daemon. ``--agent all`` leaves it
+  out: it is the same imports and restore for every agent, and at about half a second an
+  event it would take four times as long as the rest together.
 
 It prints the median and the 95th percentile wall time of each, per event kind and over
-all events, with their ratio to ``python -c pass``'s, and the load average (``uptime``).
-It runs the session twice: on an otherwise idle machine, then with one other core kept
-busy by a spinning process. The package is copied to a temporary directory first and run
-from there with its bytecode written once (PYTHONPYCACHEPREFIX), as an installed package
-runs: in a checkout that others edit, a daemon rightly retires whenever one of its modules
-changes, and a PYTHONDONTWRITEBYTECODE environment would recompile every edited module in
-every timed process. POSIX only (Unix sockets).
+all events, with their ratio to ``python -c pass``'s median, and the load average
+(``uptime``). It runs the session twice: on an otherwise idle machine, then with one
+other core kept busy by a spinning process. The package is copied to a temporary
+directory first and run from there with its bytecode written once (PYTHONPYCACHEPREFIX),
+as an installed package runs: in a checkout that others edit, a daemon rightly retires
+whenever one of its modules changes, and a PYTHONDONTWRITEBYTECODE environment would
+recompile every edited module in every timed process. POSIX only (Unix sockets).
 
-Run from the repository root:  .venv/bin/python evals/bench_hook.py [--calls 200]
+Run from the repository root:
+    .venv/bin/python evals/bench_hook.py [--calls 200] [--agent claude-code|gemini|codex|cursor|all]
 """
 
 from __future__ import annotations
@@ -40,47 +44,26 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 # Tool calls per session: a long working session.
 CALLS = 200
-# A Stop (the end of one assistant turn) every this many calls.
+# A turn's end (Stop, AfterAgent, stop) every this many calls.
 STOP_EVERY = 20
 # How long to wait for the daemon the first event starts.
 DAEMON_START_S = 30.0
 
 PYTHON = Path(sys.executable)
 ROOT = Path(__file__).resolve().parent.parent
-MODES = ("python -c pass", "daemon", "cold")
+BASELINE = "python -c pass"
+AGENTS = ("claude-code", "gemini", "codex", "cursor")
 
-
-class Session:
-    """One Claude Code session: its transcript, its state directory, its events."""
-
-    def __init__(self, tmp: Path, name: str) -> None:
-        self.dir = tmp / name
-        self.dir.mkdir()
-        self.transcript = self.dir / "transcript.jsonl"
-        self.state = self.dir / "state"
-        self.entries = 0
-        self.base = {
-            "session_id": f"bench-{name}",
-            "transcript_path": str(self.transcript),
-            "cwd": "/home/dev/app",
-            "permission_mode": "default",
-        }
-        self.write("user", {"role": "user", "content": "Fix the failing tests in src/."})
-
-    def write(self, kind: str, message: dict[str, Any]) -> None:
-        self.entries += 1
-        entry = {"type": kind, "uuid": f"u{self.entries}", "isSidechain": False}
-        with self.transcript.open("a") as handle:
-            handle.write(json.dumps({**entry, "message": message}) + "\n")
+Event = tuple[str, dict[str, Any]]
 
 
 def call(i: int) -> tuple[str, dict[str, Any], str]:
-    """The i-th call of a productive session: reads, searches, edits and test runs on
-    varied files, each with its own result."""
+    """The i-th call of a productive session, in Claude Code's tool names: reads,
+    searches, edits and test runs on varied files, each with its own result."""
     kind = i % 4
     if kind == 0:
         return "Read", {"file_path": f"/src/module_{i % 53}.py"}, f"# module {i}\n" * 30
@@ -96,36 +79,160 @@ def call(i: int) -> tuple[str, dict[str, Any], str]:
     return "Bash", {"command": f"pytest tests/test_{i % 17}.py -q"}, f"{i % 7 + 1} passed in 0.{i}s"
 
 
-def events(session: Session, i: int) -> list[tuple[str, dict[str, Any]]]:
-    """Call i's hook events, with the transcript written as Claude Code writes it around
-    them (the call before PreToolUse, its result after PostToolUse)."""
-    name, tool_input, result = call(i)
-    call_id = f"toolu_{i:05d}"
-    block = {"type": "tool_use", "id": call_id, "name": name, "input": tool_input}
-    session.write("assistant", {"role": "assistant", "content": [block]})
-    fields = {"tool_name": name, "tool_input": tool_input, "tool_use_id": call_id}
-    out = [
-        ("PreToolUse", {**session.base, **fields, "hook_event_name": "PreToolUse"}),
-        (
-            "PostToolUse",
-            {**session.base, **fields, "hook_event_name": "PostToolUse", "tool_response": result},
-        ),
-    ]
-    return out
+def final_text(i: int) -> str:
+    return f"Step {i // STOP_EVERY} done; moving on."
 
 
-def after(session: Session, i: int) -> list[tuple[str, dict[str, Any]]]:
-    """What follows call i: its result in the transcript, and every `STOP_EVERY` calls
-    the assistant's text and a Stop."""
-    _, _, result = call(i)
-    block = {"type": "tool_result", "tool_use_id": f"toolu_{i:05d}", "content": result}
-    session.write("user", {"role": "user", "content": [block]})
-    if (i + 1) % STOP_EVERY:
-        return []
-    text = f"Step {i // STOP_EVERY} done; moving on."
-    stop = {**session.base, "hook_event_name": "Stop", "stop_hook_active": False}
-    session.write("assistant", {"role": "assistant", "content": [{"type": "text", "text": text}]})
-    return [("Stop", {**stop, "last_assistant_message": text})]
+class Session:
+    """One Claude Code session: its transcript, its state directory, its events."""
+
+    agent = "claude-code"
+
+    def __init__(self, tmp: Path, name: str) -> None:
+        self.dir = tmp / name
+        self.dir.mkdir()
+        self.transcript = self.dir / "transcript.jsonl"
+        self.state = self.dir / "state"
+        self.entries = 0
+        self.base: dict[str, Any] = {
+            "session_id": f"bench-{name}",
+            "transcript_path": str(self.transcript),
+            "cwd": "/home/dev/app",
+            "permission_mode": "default",
+        }
+        self.write("user", {"role": "user", "content": "Fix the failing tests in src/."})
+
+    def write(self, kind: str, message: dict[str, Any]) -> None:
+        self.entries += 1
+        entry = {"type": kind, "uuid": f"u{self.entries}", "isSidechain": False}
+        with self.transcript.open("a") as handle:
+            handle.write(json.dumps({**entry, "message": message}) + "\n")
+
+    def events(self, i: int) -> list[Event]:
+        """Call i's hook events, with the transcript written as Claude Code writes it
+        around them (the call before PreToolUse, its result after PostToolUse)."""
+        name, tool_input, result = call(i)
+        call_id = f"toolu_{i:05d}"
+        block = {"type": "tool_use", "id": call_id, "name": name, "input": tool_input}
+        self.write("assistant", {"role": "assistant", "content": [block]})
+        fields = {"tool_name": name, "tool_input": tool_input, "tool_use_id": call_id}
+        post = {**fields, "hook_event_name": "PostToolUse", "tool_response": result}
+        return [
+            ("PreToolUse", {**self.base, **fields, "hook_event_name": "PreToolUse"}),
+            ("PostToolUse", {**self.base, **post}),
+        ]
+
+    def after(self, i: int) -> list[Event]:
+        """What follows call i: its result in the transcript, and every `STOP_EVERY`
+        calls the assistant's text and a Stop."""
+        _, _, result = call(i)
+        block = {"type": "tool_result", "tool_use_id": f"toolu_{i:05d}", "content": result}
+        self.write("user", {"role": "user", "content": [block]})
+        if (i + 1) % STOP_EVERY:
+            return []
+        text = final_text(i)
+        stop = {**self.base, "hook_event_name": "Stop", "stop_hook_active": False}
+        self.write("assistant", {"role": "assistant", "content": [{"type": "text", "text": text}]})
+        return [("Stop", {**stop, "last_assistant_message": text})]
+
+
+class GeminiSession(Session):
+    """The same session as Gemini CLI runs it (its hooks reference's shapes): its own tool
+    names, ``llmContent`` results and ``AfterAgent``; its transcript is not read."""
+
+    agent = "gemini"
+    TOOLS: ClassVar[dict[str, str]] = {
+        "Read": "read_file", "Grep": "search_file_content", "Edit": "replace",
+        "Bash": "run_shell_command",
+    }  # fmt: skip
+
+    def events(self, i: int) -> list[Event]:
+        name, tool_input, result = call(i)
+        fields = {**self.base, "tool_name": self.TOOLS[name], "tool_input": tool_input}
+        response = {"llmContent": result, "returnDisplay": result}
+        return [
+            ("BeforeTool", {**fields, "hook_event_name": "BeforeTool"}),
+            ("AfterTool", {**fields, "hook_event_name": "AfterTool", "tool_response": response}),
+        ]
+
+    def after(self, i: int) -> list[Event]:
+        if (i + 1) % STOP_EVERY:
+            return []
+        end = {"hook_event_name": "AfterAgent", "prompt": "Fix the failing tests in src/.",
+               "prompt_response": final_text(i), "stop_hook_active": False}  # fmt: skip
+        return [("AfterAgent", {**self.base, **end})]
+
+
+class CodexSession(Session):
+    """The same session as Codex runs it: Claude Code's event shapes with Codex's fields
+    (``turn_id``, ``model``; its rollout JSONL as ``transcript_path``, not read)."""
+
+    agent = "codex"
+
+    def __init__(self, tmp: Path, name: str) -> None:
+        super().__init__(tmp, name)
+        rollout = self.dir / "rollout.jsonl"
+        self.base = {**self.base, "transcript_path": str(rollout), "turn_id": "t0",
+                     "model": "gpt-5-codex"}  # fmt: skip
+
+    def events(self, i: int) -> list[Event]:
+        name, tool_input, result = call(i)
+        fields = {**self.base, "tool_name": name, "tool_input": tool_input,
+                  "tool_use_id": f"call_{i:05d}"}  # fmt: skip
+        post = {**fields, "hook_event_name": "PostToolUse", "tool_response": result}
+        return [("PreToolUse", {**fields, "hook_event_name": "PreToolUse"}), ("PostToolUse", post)]
+
+    def after(self, i: int) -> list[Event]:
+        if (i + 1) % STOP_EVERY:
+            return []
+        stop = {"hook_event_name": "Stop", "stop_hook_active": False,
+                "last_assistant_message": final_text(i)}  # fmt: skip
+        return [("Stop", {**self.base, **stop})]
+
+
+class CursorSession(Session):
+    """The same session as Cursor runs it (cursor.com/docs/hooks): ``conversation_id``
+    and the common fields, Cursor's tool names, ``tool_output`` as a JSON string, and a
+    ``stop`` with no final text."""
+
+    agent = "cursor"
+    TOOLS: ClassVar[dict[str, str]] = {
+        "Read": "Read",
+        "Grep": "Grep",
+        "Edit": "Write",
+        "Bash": "Shell",
+    }
+
+    def __init__(self, tmp: Path, name: str) -> None:
+        super().__init__(tmp, name)
+        self.base = {"conversation_id": f"bench-{name}", "generation_id": "g0",
+                     "model": "claude-sonnet-4", "cursor_version": "2.4.21",
+                     "workspace_roots": ["/home/dev/app"], "user_email": None,
+                     "transcript_path": None}  # fmt: skip
+
+    def events(self, i: int) -> list[Event]:
+        name, tool_input, result = call(i)
+        tool = self.TOOLS[name]
+        fields = {**self.base, "tool_name": tool, "tool_input": tool_input,
+                  "tool_use_id": f"toolu_{i:05d}", "cwd": "/home/dev/app"}  # fmt: skip
+        output = {"exitCode": 0, "stdout": result} if tool == "Shell" else {"output": result}
+        post = {**fields, "hook_event_name": "postToolUse", "tool_output": json.dumps(output),
+                "duration": 120}  # fmt: skip
+        return [("preToolUse", {**fields, "hook_event_name": "preToolUse"}), ("postToolUse", post)]
+
+    def after(self, i: int) -> list[Event]:
+        if (i + 1) % STOP_EVERY:
+            return []
+        stop = {"hook_event_name": "stop", "status": "completed", "loop_count": 0}
+        return [("stop", {**self.base, **stop})]
+
+
+SESSIONS: dict[str, type[Session]] = {
+    "claude-code": Session,
+    "gemini": GeminiSession,
+    "codex": CodexSession,
+    "cursor": CursorSession,
+}
 
 
 def timed(command: list[str], payload: bytes, env: dict[str, str], cwd: Path) -> tuple[float, str]:
@@ -142,61 +249,71 @@ def load() -> str:
     return out.rsplit("load average:", 1)[-1].strip()
 
 
-def run_session(tmp: Path, label: str, calls: int, env: dict[str, str]) -> dict[str, Any]:
-    """One session in each mode, event by event; wall times per mode and event kind."""
+def run_session(
+    tmp: Path, label: str, calls: int, env: dict[str, str], agents: tuple[str, ...], cold: bool
+) -> dict[str, Any]:
+    """One session per agent and path, event by event, each agent's event after a
+    ``python -c pass`` of its own; wall times per row (``python -c pass``, or an agent
+    and its path) and event kind."""
     work = tmp / label
     work.mkdir()
     sockets = Path(tempfile.mkdtemp(prefix="ljb-", dir="/tmp"))  # short: 108-byte limit
-    daemon_env = {**env, "LOOP_JUDGE_HOOK_SOCKET_DIR": str(sockets)}
-    cold_env = {**env, "LOOP_JUDGE_HOOK_DAEMON": "off"}
-    sessions = {"daemon": Session(work, "daemon"), "cold": Session(work, "cold")}
-    times: dict[str, dict[str, list[float]]] = {m: {} for m in MODES}
-    answers: dict[str, list[str]] = {"daemon": [], "cold": []}
+    envs = {
+        "daemon": {**env, "LOOP_JUDGE_HOOK_SOCKET_DIR": str(sockets)},
+        "cold": {**env, "LOOP_JUDGE_HOOK_DAEMON": "off"},
+    }
+    paths = ("daemon", "cold") if cold else ("daemon",)
+    sessions = {
+        (agent, path): SESSIONS[agent](work, f"{agent}-{path}")
+        for agent in agents
+        for path in paths
+    }
+    # The rows in the order they are printed: the baseline, then each agent's paths.
+    times: dict[str, dict[str, list[float]]] = {BASELINE: {}}
+    times.update({f"{agent} {path}": {} for agent in agents for path in paths})
+    answers: dict[tuple[str, str], list[str]] = {key: [] for key in sessions}
     loads = [load()]
+    first = True  # the daemon's start (the first event of all) is not a steady-state event
     try:
         for i in range(calls):
-            batches = {m: events(s, i) for m, s in sessions.items()}
-            for step in range(len(batches["cold"])):
-                for mode in MODES:
-                    kind, payload = batches["cold" if mode == MODES[0] else mode][step]
-                    if mode == MODES[0]:
+            for phase in ("events", "after"):
+                batches = {key: getattr(session, phase)(i) for key, session in sessions.items()}
+                for step in range(max(len(batch) for batch in batches.values())):
+                    for agent in agents:
                         wall, _ = timed([str(PYTHON), "-c", "pass"], b"", env, tmp)
-                    else:
-                        state = sessions[mode].state
-                        command = [str(PYTHON), "-m", "judge.hooks", "claude-code"]
-                        command += ["--state-dir", str(state)]
-                        run_env = daemon_env if mode == "daemon" else cold_env
-                        wall, out = timed(command, json.dumps(payload).encode(), run_env, tmp)
-                        answers[mode].append(out)
-                        if mode == "daemon" and i == 0 and step == 0:
-                            _wait_for_daemon(sockets)
-                            continue  # the start itself is not a steady-state event
-                    times[mode].setdefault(kind, []).append(wall)
-            stops = {m: after(s, i) for m, s in sessions.items()}
-            for step in range(len(stops["cold"])):
-                for mode in MODES:
-                    kind, payload = stops["cold" if mode == MODES[0] else mode][step]
-                    if mode == MODES[0]:
-                        wall, _ = timed([str(PYTHON), "-c", "pass"], b"", env, tmp)
-                    else:
-                        command = [str(PYTHON), "-m", "judge.hooks", "claude-code"]
-                        command += ["--state-dir", str(sessions[mode].state)]
-                        run_env = daemon_env if mode == "daemon" else cold_env
-                        wall, out = timed(command, json.dumps(payload).encode(), run_env, tmp)
-                        answers[mode].append(out)
-                    times[mode].setdefault(kind, []).append(wall)
+                        times[BASELINE].setdefault("event", []).append(wall)
+                        for path in paths:
+                            kind, payload = batches[(agent, path)][step]
+                            command = [str(PYTHON), "-m", "judge.hooks", agent, "--state-dir"]
+                            command.append(str(sessions[(agent, path)].state))
+                            raw = json.dumps(payload).encode()
+                            wall, out = timed(command, raw, envs[path], tmp)
+                            answers[(agent, path)].append(out)
+                            if path == "daemon" and first:
+                                first = False
+                                _wait_for_daemon(sockets)
+                                continue
+                            times.setdefault(f"{agent} {path}", {}).setdefault(kind, []).append(
+                                wall
+                            )
             if i % 50 == 49:
                 loads.append(load())
         loads.append(load())
     finally:
         _stop_daemons(sockets)
-    same = _same_answers(answers)
-    return {"times": times, "loads": loads, "same": same}
+    said = {agent: _said(answers[(agent, "daemon")]) for agent in agents}
+    same = (
+        {agent: answers[(agent, "daemon")] == answers[(agent, "cold")] for agent in agents}
+        if cold
+        else None
+    )
+    return {"times": times, "loads": loads, "said": said, "same": same}
 
 
-def _same_answers(answers: dict[str, list[str]]) -> bool:
-    # The two sessions differ in their ids and paths only, which no answer quotes.
-    return answers["daemon"] == answers["cold"]
+def _said(answers: list[str]) -> int:
+    """How many answers had something to say (a productive session should get none):
+    anything but no output, or Gemini CLI's and Cursor's "{}"."""
+    return sum(1 for out in answers if out.strip() not in ("", "{}"))
 
 
 def _wait_for_daemon(sockets: Path) -> None:
@@ -223,21 +340,25 @@ def stats(values: list[float]) -> tuple[float, float]:
 
 def report(label: str, result: dict[str, Any]) -> None:
     times = result["times"]
-    base_all = [t for kind in times[MODES[0]].values() for t in kind]
-    base_median, base_p95 = stats(base_all)
+    base_median, base_p95 = stats(times[BASELINE]["event"])
     print(f"\n{label}: load average {' -> '.join(result['loads'])}")
-    print(f"{'':16} {'event':12} {'n':>4} {'median':>9} {'p95':>9} {'x median':>9} {'x p95':>7}")
-    for mode in MODES:
-        rows = [*sorted(times[mode].items()), ("all", [t for v in times[mode].values() for t in v])]
-        for kind, values in rows:
+    print(f"{'':18} {'event':18} {'n':>4} {'median':>9} {'p95':>9} {'x median':>9} {'x p95':>7}")
+    for row, kinds in times.items():
+        every = [t for values in kinds.values() for t in values]
+        listed = [] if row == BASELINE else sorted(kinds.items())
+        for kind, values in [*listed, ("all", every)]:
             median, p95 = stats(values)
             print(
-                f"{mode:16} {kind:12} {len(values):4d} {median * 1000:7.1f}ms {p95 * 1000:7.1f}ms"
+                f"{row:18} {kind:18} {len(values):4d} {median * 1000:7.1f}ms {p95 * 1000:7.1f}ms"
                 f" {median / base_median:8.1f}x {p95 / base_median:6.1f}x"
             )
     base = f"{base_median * 1000:.1f} ms; its p95 {base_p95 * 1000:.1f} ms"
     print(f"(ratios to python -c pass's median, {base})")
-    print(f"daemon and cold answers identical: {result['same']}")
+    for agent, said in result["said"].items():
+        print(f"{agent}: answers with something to say (a productive session: 0): {said}")
+    if result["same"] is not None:
+        for agent, same in result["same"].items():
+            print(f"{agent}: daemon and cold answers identical: {same}")
 
 
 # -- the single-event cold start, as evals/bench_cold_start.py measures it ---------------
@@ -335,11 +456,26 @@ def _cold(
     return statistics.median(walls), statistics.median(cpus)
 
 
+# Written to bytecode before the timed runs: every module a hook event imports.
+IMPORTED = (
+    "import judge.integrations.claude_code, judge.hooks.daemon, judge.integrations.gemini_cli,"
+    " judge.integrations.codex, judge.integrations.cursor"
+)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--calls", type=int, default=CALLS)
     parser.add_argument("--no-busy", action="store_true", help="skip the busy-core run")
+    parser.add_argument(
+        "--agent",
+        choices=[*AGENTS, "all"],
+        default="claude-code",
+        help="whose hook to time (all: the four side by side, daemon path only)",
+    )
     args = parser.parse_args()
+    agents = AGENTS if args.agent == "all" else (args.agent,)
+    cold = args.agent != "all"
     tmp = Path(tempfile.mkdtemp(prefix="bench-hook-"))
     try:
         package = tmp / "pkg"
@@ -352,16 +488,18 @@ def main() -> None:
         env["PYTHONPATH"] = str(package)
         # Bytecode written once, untimed.
         subprocess.run(
-            [str(PYTHON), "-c", "import judge.integrations.claude_code, judge.hooks.daemon"],
+            [str(PYTHON), "-c", IMPORTED],
             env=env,
             check=True,
             cwd=tmp,
         )
-        report("idle", run_session(tmp, "idle", args.calls, env))
+        print(f"python {' '.join(sys.argv)}; {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}")
+        report("idle", run_session(tmp, "idle", args.calls, env, agents, cold))
         if not args.no_busy:
             spinner = subprocess.Popen([str(PYTHON), "-c", "while True: pass"])
             try:
-                report("other core busy", run_session(tmp, "busy", args.calls, env))
+                busy = run_session(tmp, "busy", args.calls, env, agents, cold)
+                report("other core busy", busy)
             finally:
                 spinner.kill()
                 spinner.wait()
