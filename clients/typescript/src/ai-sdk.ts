@@ -2,13 +2,14 @@
  * loop-judge for the Vercel AI SDK (`ai` 7): a language-model middleware and a tool guard.
  *
  * The middleware runs before every model call of `generateText`, `streamText`, a
- * `ToolLoopAgent` or anything else that calls a wrapped model (Mastra included): it
+ * `ToolLoopAgent` or anything else that calls a wrapped model: it
  * converts the call's prompt to OpenAI chat messages, sends what is new to the sidecar
  * as one turn, and
  *
  * - on `warn` / `ask_user`, adds the verdict's recovery message to this call's prompt;
- * - on `stop`, answers the call itself with a final text answer and no tool call, without
- *   asking the model. A step without tool calls is where every tool loop of the SDK ends.
+ * - on `stop` (a turn's, or a refused call's preflight), answers the next call itself with
+ *   a final text answer and no tool call, without asking the model. A step without tool
+ *   calls is where every tool loop of the SDK ends.
  *
  * `guardTools` wraps each tool's `execute` with the sidecar's preflight: a call the
  * sidecar refuses is not run, and the tool throws `LoopJudgeRefusal`, which the SDK
@@ -237,7 +238,11 @@ export function createLoopJudge(options: LoopJudgeOptions): LoopJudge {
         ...(params.abortSignal ? { signal: params.abortSignal } : {}),
       });
       options.onVerdict?.(judged, "turn");
-      const verdict = judged.verdict.action === "stop" ? judged.verdict : (preflightStop ?? judged.verdict);
+      // A preflight's stop answers this one call; a later run on the session is judged
+      // afresh by its turns.
+      const pending = preflightStop;
+      preflightStop = undefined;
+      const verdict = judged.verdict.action === "stop" ? judged.verdict : (pending ?? judged.verdict);
       lastVerdict = verdict;
       if (verdict.action === "stop") {
         const next = { ...params };
