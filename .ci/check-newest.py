@@ -46,6 +46,7 @@ COMMON = (
     "langchain",
     "langgraph",
     "claude-agent-sdk",
+    "google-adk",
 )
 # pydantic-ai is two distributions: pydantic-ai-slim (what our extra names; [openai] for its
 # OpenAI models) and pydantic-ai, which pins one exact slim release and can lag the newest

@@ -48,7 +48,12 @@ REPO = Path(__file__).resolve().parents[2]
 PAGES = [REPO / "README.md", *sorted((REPO / "docs").rglob("*.md"))]
 # Top-level modules of the framework integrations: a block importing one runs against the
 # fake model, and is skipped where the framework is not installed.
-FRAMEWORKS = frozenset({"agents", "smolagents", "claude_agent_sdk", "pydantic_ai", "langchain"})
+FRAMEWORKS = frozenset(
+    {"agents", "smolagents", "claude_agent_sdk", "pydantic_ai", "langchain", "google"}
+)
+# The module that shows a framework is installed, where its top-level one does not:
+# protobuf alone provides the ``google`` namespace.
+INSTALLED_AS = {"google": "google.adk"}
 # Frameworks whose blocks cannot run in a test, and why: they are type-checked instead.
 CANNOT_RUN_HERE = {
     "langchain": "the 'openai:' model string needs langchain-openai, which no extra installs",
@@ -253,7 +258,9 @@ def run_params() -> list[object]:
 def test_python_block_runs(block: Block, tmp_path: Path, fake_openai: str) -> None:
     frameworks = imported_modules(block.text) & FRAMEWORKS
     for module in sorted(frameworks):
-        pytest.importorskip(module, reason="the integrations extra is not installed")
+        pytest.importorskip(
+            INSTALLED_AS.get(module, module), reason="the integrations extra is not installed"
+        )
     asked = FakeOpenAI.requests
     done = run_block(block, tmp_path, fake_openai)
     assert done.returncode == 0, done.stderr
@@ -296,7 +303,9 @@ def test_blocks_that_cannot_run_type_check(tmp_path: Path) -> None:
     typed = blocks_checked("typed")
     assert typed
     for module in sorted(set().union(*(imported_modules(b.text) for b in typed)) & FRAMEWORKS):
-        pytest.importorskip(module, reason="the integrations extra is not installed")
+        pytest.importorskip(
+            INSTALLED_AS.get(module, module), reason="the integrations extra is not installed"
+        )
     files = []
     for n, block in enumerate(typed):
         path = tmp_path / f"snippet_{n}.py"
