@@ -93,6 +93,11 @@ function checkSessionId(id: string): void {
       `session id ${JSON.stringify(id)} must be 1-128 characters of A-Za-z0-9._:@-`,
     );
   }
+  // The server's rule admits them, but a URL parser (fetch's included, even with %2E)
+  // resolves "." and ".." as path steps, so the request would reach another endpoint.
+  if (id === "." || id === "..") {
+    throw new LoopJudgeUsageError(`session id ${JSON.stringify(id)} cannot be sent in a URL path`);
+  }
 }
 
 /** The server's `detail`: a string, or FastAPI's list of validation errors made one line. */

@@ -249,6 +249,10 @@ describe("errors", () => {
   test("a bad session id is refused before anything is sent", () => {
     const client = new LoopJudgeClient({ baseUrl: sidecar.baseUrl, token: TOKEN });
     assert.throws(() => client.session("has spaces"), LoopJudgeUsageError);
+    assert.throws(() => client.session(""), LoopJudgeUsageError);
+    assert.throws(() => client.session("x".repeat(129)), LoopJudgeUsageError);
+    assert.throws(() => client.session(".."), /cannot be sent in a URL path/);
+    assert.doesNotThrow(() => client.session("user@host:run-1.2"));
   });
 });
 
