@@ -317,6 +317,17 @@ def scan_runs(
     return ScanReport(reports, list(problems), config.judge_enabled)
 
 
+def _prompt_turns(messages: Sequence[dict[str, Any]]) -> list[int]:
+    """The number of assistant turns after each user message (and before the first)."""
+    counts = [0]
+    for message in messages:
+        if message.get("role") == "user" and counts[-1]:
+            counts.append(0)
+        elif message.get("role") == "assistant":
+            counts[-1] += 1
+    return counts
+
+
 @dataclass(frozen=True, slots=True)
 class JudgeEstimate:
     """The most judge calls a scan can make, and what they would cost at most.
@@ -344,7 +355,9 @@ def estimate_judge(runs: Sequence[TraceRun], config: TrackerConfig) -> JudgeEsti
     """An upper bound on the judge calls and their cost, before any is made.
 
     Calls: every turn the schedule could check on, at its shortest interval (heuristic
-    suspicion can bring a check forward to any turn, then the interval applies), twice
+    suspicion can bring a check forward to any turn, then the interval applies), counted
+    afresh for each user prompt (the schedule restarts there, with the default
+    ``count_scope``), twice
     where a confirm model is set, within ``max_judge_calls`` per run. Cost: each prompt at
     the history's size capped by ``max_prompt_chars``, each reply at ``max_reply_tokens``.
     """
@@ -353,8 +366,7 @@ def estimate_judge(runs: Sequence[TraceRun], config: TrackerConfig) -> JudgeEsti
     step = max(1, min(config.min_interval, config.initial_interval))
     unknown = False
     for run in runs:
-        turns = len(assistant_turns(run.messages))
-        checks = min(turns, turns // step + 1) if turns else 0
+        checks = sum(min(turns, turns // step + 1) for turns in _prompt_turns(run.messages))
         confirms = checks if config.confirm_model else 0
         if config.max_judge_calls is not None:
             checks = min(checks, config.max_judge_calls)

@@ -24,10 +24,10 @@ from typing import Any
 
 import pytest
 
-from judge.config import ENV_PREFIX
-from judge_eval.scan import SCHEMA, load_runs
+from judge.config import ENV_PREFIX, TrackerConfig
+from judge_eval.scan import SCHEMA, estimate_judge, load_runs
 from judge_eval.scan_cli import EXIT_LOOPED
-from judge_eval.scan_history import TraceFormatError
+from judge_eval.scan_history import TraceFormatError, TraceRun
 from tests.fakes import answer
 from tests.fault_server import FaultServer, completion
 from tests.redaction_support import leaks
@@ -374,3 +374,144 @@ def test_judge_calls_are_announced_and_need_yes(tmp_path: Path) -> None:
         calls = sum(run["judge_calls"] for run in report["runs"])
         announced = int(re.search(r"at most (\d+) judge calls", done.stderr).group(1))  # type: ignore[union-attr]
         assert 0 < calls == len(server.requests) <= announced
+
+
+# -- the other shapes of each export ---------------------------------------------------------
+
+
+def test_langfuse_observation_lines_and_spans_named_after_a_pending_call(tmp_path: Path) -> None:
+    """Observations one per line (the API's and the table export's shape); a SPAN is the
+    tool only when a model call asked for a tool of its name, other SPANs are app steps."""
+    call = {"id": "c1", "type": "function", "function": {"name": "lookup", "arguments": "{}"}}
+    observations = [
+        {
+            "id": "g1",
+            "traceId": "t1",
+            "type": "GENERATION",
+            "startTime": "2025-11-28T01:00:00.000Z",
+            "input": [{"role": "user", "content": "Find order 7."}],
+            "output": {"role": "assistant", "content": None, "tool_calls": [call]},
+            "usage": {"input": 10, "output": 5, "total": 15},
+        },
+        {
+            "id": "s0",
+            "traceId": "t1",
+            "type": "SPAN",
+            "name": "retriever-setup",
+            "startTime": "2025-11-28T01:00:00.500Z",
+            "output": "ok",
+        },
+        {
+            "id": "s1",
+            "traceId": "t1",
+            "type": "SPAN",
+            "name": "lookup",
+            "startTime": "2025-11-28T01:00:01.000Z",
+            "input": {},
+            "output": {"status": "shipped"},
+        },
+    ]
+    path = tmp_path / "observations.jsonl"
+    path.write_text("".join(json.dumps(o) + "\n" for o in observations))
+    (run,) = load_runs(path)
+    assert run.messages == [
+        {"role": "user", "content": "Find order 7."},
+        {"role": "assistant", "content": "", "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": "c1", "content": '{"status": "shipped"}'},
+    ]
+    assert run.reported_tokens == {1: 15}
+
+
+def test_a_bad_langfuse_message_names_the_observation_and_field(tmp_path: Path) -> None:
+    trace = {
+        "id": "t9",
+        "observations": [
+            {"id": "gen-3", "type": "GENERATION", "input": [{"role": "robot", "content": "x"}]}
+        ],
+    }
+    path = tmp_path / "trace.json"
+    path.write_text(json.dumps(trace))
+    with pytest.raises(TraceFormatError, match=r"observation gen-3, field input\[0\]: 'role'"):
+        load_runs(path)
+
+
+def test_deprecated_events_as_log_records_join_their_span(tmp_path: Path) -> None:
+    """The older conventions sent each message as a log record naming its span."""
+    trace_id, span_id = "12" * 16, "34" * 8
+
+    def record(name: str, body: dict[str, Any], at: int) -> dict[str, Any]:
+        return {
+            "timeUnixNano": str(at),
+            "traceId": trace_id,
+            "spanId": span_id,
+            "attributes": [{"key": "event.name", "value": {"stringValue": name}}],
+            "body": {"stringValue": json.dumps(body)},
+        }
+
+    call = {"id": "c1", "type": "function", "function": {"name": "ls", "arguments": "{}"}}
+    request = {
+        "resourceSpans": [
+            {
+                "scopeSpans": [
+                    {
+                        "spans": [
+                            {
+                                "traceId": trace_id,
+                                "spanId": span_id,
+                                "startTimeUnixNano": "5",
+                                "attributes": [
+                                    {
+                                        "key": "gen_ai.operation.name",
+                                        "value": {"stringValue": "chat"},
+                                    },
+                                    {
+                                        "key": "gen_ai.usage.input_tokens",
+                                        "value": {"intValue": "70"},
+                                    },
+                                    {"key": "gen_ai.usage.output_tokens", "value": {"intValue": 9}},
+                                ],
+                            }
+                        ]
+                    }
+                ]
+            }
+        ],
+        "resourceLogs": [
+            {
+                "scopeLogs": [
+                    {
+                        "logRecords": [
+                            record("gen_ai.user.message", {"content": "List the files."}, 5),
+                            record(
+                                "gen_ai.choice", {"index": 0, "message": {"tool_calls": [call]}}, 6
+                            ),
+                        ]
+                    }
+                ]
+            }
+        ],
+    }
+    path = tmp_path / "spans_and_logs.json"
+    path.write_text(json.dumps(request))
+    (run,) = load_runs(path)
+    assert run.id == trace_id
+    assert run.messages == [
+        {"role": "user", "content": "List the files."},
+        {"role": "assistant", "content": "", "tool_calls": [call]},
+    ]
+    assert run.reported_tokens == {1: 79}
+
+
+def test_the_judge_estimate_bounds_calls_per_prompt() -> None:
+    """At most one check per shortest interval, afresh after each user prompt (the
+    schedule restarts there); a confirm model doubles it; max_judge_calls caps a run."""
+    turn = [{"role": "assistant", "content": "working"}]
+    messages = [{"role": "user", "content": "a"}, *turn * 6, {"role": "user", "content": "b"}]
+    run = TraceRun("r", Path("r.json"), "openai_chat", [*messages, *turn * 6])
+    fast = TrackerConfig(fast_model="openai/judge-x", initial_interval=3, min_interval=5)
+    assert estimate_judge([run], fast).calls == 2 * (6 // 3 + 1)
+    both = fast.model_copy(update={"confirm_model": "openai/judge-y"})
+    assert estimate_judge([run], both).calls == 2 * 2 * (6 // 3 + 1)
+    capped = both.model_copy(update={"max_judge_calls": 4})
+    assert estimate_judge([run, run], capped).calls == 2 * 4
+    assert estimate_judge([run], fast).cost_usd is None  # litellm has no price for judge-x
