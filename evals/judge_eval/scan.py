@@ -92,13 +92,17 @@ def read_paths(paths: Iterable[str | Path]) -> tuple[list[TraceRun], list[FilePr
     that could not be read: one bad file is reported and the others are still scanned."""
     runs: list[TraceRun] = []
     problems: list[FileProblem] = []
-    for file in iter_trajectory_files(paths):
-        try:
-            runs += load_runs(file)
-        except TrajectoryFormatError as exc:
-            problems.append(FileProblem(str(file), exc.reason))
-        except OSError as exc:
-            problems.append(FileProblem(str(file), f"cannot read: {exc.strerror or exc}"))
+    for path in paths:
+        files = list(iter_trajectory_files([path]))
+        if not files:  # a mistyped folder must not read as "no run looped"
+            problems.append(FileProblem(str(path), "no .json, .jsonl or .traj file in it"))
+        for file in files:
+            try:
+                runs += load_runs(file)
+            except TrajectoryFormatError as exc:
+                problems.append(FileProblem(str(file), exc.reason))
+            except OSError as exc:
+                problems.append(FileProblem(str(file), f"cannot read: {exc.strerror or exc}"))
     return runs, problems
 
 

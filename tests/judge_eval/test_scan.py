@@ -25,7 +25,7 @@ from typing import Any
 import pytest
 
 from judge.config import ENV_PREFIX, TrackerConfig
-from judge_eval.scan import SCHEMA, estimate_judge, load_runs
+from judge_eval.scan import SCHEMA, estimate_judge, load_runs, read_paths
 from judge_eval.scan_cli import EXIT_LOOPED
 from judge_eval.scan_history import TraceFormatError, TraceRun
 from tests.fakes import answer
@@ -515,3 +515,14 @@ def test_the_judge_estimate_bounds_calls_per_prompt() -> None:
     capped = both.model_copy(update={"max_judge_calls": 4})
     assert estimate_judge([run, run], capped).calls == 2 * 4
     assert estimate_judge([run], fast).cost_usd is None  # litellm has no price for judge-x
+
+
+def test_an_empty_folder_and_a_missing_file_are_problems_not_clean_scans(tmp_path: Path) -> None:
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    runs, problems = read_paths([empty, tmp_path / "missing.json"])
+    assert runs == []
+    assert [(p.file, p.reason) for p in problems] == [
+        (str(empty), "no .json, .jsonl or .traj file in it"),
+        (str(tmp_path / "missing.json"), "no such file"),
+    ]
