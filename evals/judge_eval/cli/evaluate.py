@@ -5,7 +5,8 @@ trajectory under each, print the tables and write report.json, report.md and rep
 (judge_eval's `tables`, `report_files` and `chart`). ``--sweep`` scores a grid of
 heuristic settings instead; ``--loso`` replays a grid of settings and adds the
 leave-one-source-out figures (`judge_eval.loso`) to the usual report of the defaults;
-``--closed-loop`` hands over to `judge_eval.cli.eval_closed_loop`.
+``--closed-loop`` hands over to `judge_eval.cli.eval_closed_loop`, ``--judge-model`` to
+`judge_eval.cli.eval_judge_tier`.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from judge.cli.shared import EXIT_FAILED, UsageError
 from judge.config import TrackerConfig
 from judge_eval.chart import write_chart
 from judge_eval.cli.eval_closed_loop import run_closed_loop_eval
+from judge_eval.cli.eval_judge_tier import run_judge_tier_eval
 from judge_eval.cli.eval_plan import (
     DEFAULT_DATA_DIR,
     DEFAULT_OUT_DIR,
@@ -39,6 +41,9 @@ from judge_eval.cli.eval_plan import (
 )
 from judge_eval.cli.output import print_problems, progress_bar, rich_table
 from judge_eval.dataset import Trajectory, load_dataset
+from judge_eval.judge_tier import DEFAULT_SEED as TIER_SEED
+from judge_eval.judge_tier import DEFAULT_TIMEOUT_S as TIER_TIMEOUT_S
+from judge_eval.judge_tier import DEFAULT_WINDOWS
 from judge_eval.loso import (
     LosoResult,
     build_loso_configs,
@@ -179,6 +184,38 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         "stopped",
     )
     ev.add_argument(
+        "--judge-model",
+        metavar="MODEL",
+        help="score this litellm model alone (single stage, no heuristics) on a balanced, "
+        "seeded sample of the prompts the tracker would send it; one real call per window "
+        "(judge_eval.judge_tier); writes judge_tier.json",
+    )
+    ev.add_argument(
+        "--api-base",
+        metavar="URL",
+        help="with --judge-model: an OpenAI-compatible endpoint (llama.cpp, vLLM)",
+    )
+    ev.add_argument(
+        "--windows",
+        type=int,
+        default=DEFAULT_WINDOWS,
+        help="with --judge-model: windows to score, half of each label (default: %(default)s)",
+    )
+    ev.add_argument(
+        "--seed",
+        type=int,
+        default=TIER_SEED,
+        help="with --judge-model: seed of the window sample (default: %(default)s)",
+    )
+    ev.add_argument(
+        "--judge-timeout",
+        type=float,
+        default=TIER_TIMEOUT_S,
+        metavar="SECONDS",
+        help="with --judge-model: timeout of one call (default: %(default)s; a small model "
+        "on a CPU reads a window in minutes)",
+    )
+    ev.add_argument(
         "-v", "--verbose", action="store_true", help="log each failed judge call as it happens"
     )
     ev.set_defaults(func=run)
@@ -272,6 +309,8 @@ def _run_eval(args: argparse.Namespace, console: Console) -> int:
     args.paths = [*args.paths, *args.data]  # --data is PATHS by name, for every eval mode
     if args.loso:
         _check_loso(args)
+    if args.judge_model:
+        return run_judge_tier_eval(args, console)
     if args.closed_loop:
         return run_closed_loop_eval(args, console)
     started = time.perf_counter()
