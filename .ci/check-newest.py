@@ -47,6 +47,7 @@ COMMON = (
     "langgraph",
     "claude-agent-sdk",
     "google-adk",
+    "strands-agents",
 )
 # pydantic-ai is two distributions: pydantic-ai-slim (what our extra names; [openai] for its
 # OpenAI models) and pydantic-ai, which pins one exact slim release and can lag the newest

@@ -49,7 +49,7 @@ PAGES = [REPO / "README.md", *sorted((REPO / "docs").rglob("*.md"))]
 # Top-level modules of the framework integrations: a block importing one runs against the
 # fake model, and is skipped where the framework is not installed.
 FRAMEWORKS = frozenset(
-    {"agents", "smolagents", "claude_agent_sdk", "pydantic_ai", "langchain", "google"}
+    {"agents", "smolagents", "claude_agent_sdk", "pydantic_ai", "langchain", "google", "strands"}
 )
 # The module that shows a framework is installed, where its top-level one does not:
 # protobuf alone provides the ``google`` namespace.
@@ -194,15 +194,36 @@ class FakeOpenAI(BaseHTTPRequestHandler):
                     "output_tokens_details": {"reasoning_tokens": 0},
                 },
             }
-        data = json.dumps(reply).encode()
+        data, kind = json.dumps(reply).encode(), "application/json"
+        if body.get("stream") and reply["object"] == "chat.completion":
+            # A client that streams (Strands' OpenAIModel does by default) reads the same
+            # answer as server-sent chunks.
+            data, kind = chat_chunks(reply), "text/event-stream"
         self.send_response(200)
-        self.send_header("content-type", "application/json")
+        self.send_header("content-type", kind)
         self.send_header("content-length", str(len(data)))
         self.end_headers()
         self.wfile.write(data)
 
     def log_message(self, format: str, *args: object) -> None:
         pass
+
+
+def chat_chunks(reply: dict[str, Any]) -> bytes:
+    """A chat completion as the server-sent chunks of a streamed one: the message, then
+    the finish reason, then the usage (which a client asks for with include_usage)."""
+    head = {"id": reply["id"], "object": "chat.completion.chunk", "created": 0}
+    head["model"] = reply["model"]
+    message = reply["choices"][0]["message"]
+    calls = [call | {"index": i} for i, call in enumerate(message["tool_calls"])]
+    delta = {"role": "assistant", "content": None, "tool_calls": calls}
+    chunks = [
+        head | {"choices": [{"index": 0, "delta": delta, "finish_reason": None}]},
+        head | {"choices": [{"index": 0, "delta": {}, "finish_reason": "tool_calls"}]},
+        head | {"choices": [], "usage": reply["usage"]},
+    ]
+    events = [f"data: {json.dumps(chunk)}\n\n" for chunk in chunks] + ["data: [DONE]\n\n"]
+    return "".join(events).encode()
 
 
 @pytest.fixture(scope="module")
