@@ -374,7 +374,7 @@ def _repeats(node: Any) -> Iterator[tuple[int, Any]]:
 
 
 def _all_patterns() -> list[re.Pattern[str]]:
-    import judge.llm.redaction as module
+    import judge.llm.redaction._rules as module
 
     patterns = [r.pattern for r in module._builtin_rules() if hasattr(r, "pattern")]
     patterns += [v for v in vars(module).values() if isinstance(v, re.Pattern)]

@@ -28,7 +28,8 @@ import pytest
 
 from judge import LoopTracker, TrackerConfig
 from judge.history import bounded
-from judge.llm.redaction import BUILTIN_KINDS, PLACEHOLDER_HEX, Redactor, _secret_like, redact
+from judge.llm.redaction import BUILTIN_KINDS, PLACEHOLDER_HEX, Redactor, redact
+from judge.llm.redaction._opaque import _secret_like
 from tests.redaction_support import (
     PIECE,
     assert_no_leaks,
