@@ -176,8 +176,16 @@ async def test_a_looping_agent_is_warned_then_stopped() -> None:
     # call stayed refused, one rung higher each time), and the 7th stopped before it ran.
     assert len(shop.model.requests) == 7
     assert shop.runs == [10, 10, 10]
-    # The stop is the agent's final answer, kept in the session like any other event.
+    # The stop is the agent's final answer, kept in the session like any other event; the
+    # 4th to 7th calls each have the recovery message as their result, never the tool's.
     stored = await shop.stored(session)
+    results = [
+        json.dumps(part.function_response.response)
+        for event in stored.events
+        for part in (event.content.parts or [] if event.content else [])
+        if part.function_response is not None
+    ]
+    assert len(results) == 7 and all(FENCE in text for text in results[3:])
     assert (stored.events[-1].custom_metadata or {}).get(METADATA_KEY) == verdict
 
 

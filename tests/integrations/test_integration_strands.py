@@ -165,6 +165,15 @@ async def test_a_looping_agent_is_warned_then_stopped() -> None:
     # call stayed refused, one rung higher each time), and the 7th stopped before it ran.
     assert len(cashier.model.seen) == 7
     assert cashier.runs == [10, 10, 10]
+    # The 4th to 7th calls each have the recovery message as their (error) result.
+    results = [
+        block["toolResult"]
+        for message in cashier.agent.messages
+        for block in message["content"]
+        if "toolResult" in block
+    ]
+    assert len(results) == 7
+    assert all(r["status"] == "error" and FENCE in r["content"][0]["text"] for r in results[3:])
     # The stop is the final assistant message of the conversation.
     last = cashier.agent.messages[-1]
     assert last["role"] == "assistant" and last["content"][0]["text"] == str(result).strip()
