@@ -698,8 +698,8 @@ DEFAULT_KEY_PREFIX = "loop-judge:"
 # body cap) after a rewrite costs ~1-2 s on one core of a 2-core CI machine; 10 s is a
 # pathological input, not a slow machine.
 DEFAULT_TURN_CPU_BUDGET_S = 10.0
-# Threads that run turns off the event loop (40: anyio's default thread limiter, which
-# turns ran under before the runner had its own pool). A
+# Threads that run turns off the event loop (40: the size of anyio's default thread
+# limiter; the sidecar gives its turns a limiter of their own of this size). A
 # turn holds its thread while its judge check waits for the model, so this also bounds
 # how many judge checks run at once; CPU work is bounded by the GIL regardless.
 DEFAULT_WORKER_THREADS = 40

@@ -78,7 +78,11 @@ OPENAPI_FILE = Path(__file__).with_name("openapi.json")
 # braces or spaces. 128 chars fits a UUID, a ULID or "<agent>:<run>:<uuid>".
 SESSION_ID_CHARS = "A-Za-z0-9._:@-"
 SESSION_ID_MAX = 128
-SESSION_ID_PATTERN = rf"^[{SESSION_ID_CHARS}]{{1,{SESSION_ID_MAX}}}$"
+# "." and ".." are refused: URL parsers (fetch, browsers, httpx) resolve them as path steps,
+# so such a session could be reached only by clients that send the path unnormalized. Some
+# character other than a dot, or three dots or more; the length is `max_length`'s.
+_NOT_DOT = SESSION_ID_CHARS.replace(".", "")
+SESSION_ID_PATTERN = rf"^(?:[{SESSION_ID_CHARS}]*[{_NOT_DOT}][{SESSION_ID_CHARS}]*|\.{{3,}})$"
 # Seconds a client should wait before retrying a 503 from the store: a busy session
 # normally frees within one turn (~1 ms heuristics, seconds with a judge check).
 RETRY_AFTER_S = 1
@@ -478,6 +482,8 @@ SessionId = Annotated[
     str,
     PathParam(
         pattern=SESSION_ID_PATTERN,
+        min_length=1,
+        max_length=SESSION_ID_MAX,
         description=f"the caller's id for the session: 1-{SESSION_ID_MAX} of {SESSION_ID_CHARS}",
     ),
 ]
@@ -682,7 +688,7 @@ def create_app(
             if tuple(error.get("loc", ())) == ("path", "session_id"):
                 error["msg"] = (
                     f"session id must be 1-{SESSION_ID_MAX} characters of {SESSION_ID_CHARS} "
-                    "(no '/', spaces or braces)"
+                    "(no '/', spaces or braces; not '.' or '..')"
                 )
             elif error.get("type") == "string_unicode":
                 await _name_surrogate_field(request, error)

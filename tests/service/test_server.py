@@ -95,6 +95,20 @@ async def test_request_shape_errors_are_422(client: httpx.AsyncClient) -> None:
     assert r.status_code == 422
 
 
+async def test_dot_session_ids_are_refused(client: httpx.AsyncClient) -> None:
+    # "." and ".." are path steps to every URL parser that normalizes (fetch, browsers):
+    # only an escaped form reaches the server, and it names the rule.
+    for escaped in ("%2e", "%2e%2e"):
+        r = await client.post(f"/v1/sessions/{escaped}/turns", json={"messages": []})
+        assert r.status_code == 422, escaped
+        assert "not '.' or '..'" in r.text
+    for fine in ("...", ".a", "run.1"):
+        r = await client.post(f"/v1/sessions/{fine}/turns", json={"messages": []})
+        assert r.status_code == 200, fine
+    r = await client.post(f"/v1/sessions/{'x' * 129}/turns", json={"messages": []})
+    assert r.status_code == 422
+
+
 async def test_preflight_call_counts_no_turn(client: httpx.AsyncClient) -> None:
     history = failing_repeat_history(3)
     for h in prefixes(history, 3):
