@@ -14,7 +14,7 @@ and keeps one tracker per ADK session, so concurrent conversations never share o
   ``LlmResponse`` instead of calling the model (ADK's documented short circuit): its text
   explains the stop and its ``custom_metadata["loop_judge"]`` holds the verdict's kind,
   action and summary; it becomes the agent's final event, and every later model request of
-  the same invocation gets it too, so a parent agent cannot carry the loop on.
+  the same invocation gets it too, whichever of its agents makes it.
 - ``before_tool_callback`` asks the tracker's preflight (``check_call``) before each tool
   runs: a call that would repeat past its limit does not run, and its result is the
   recovery message (a returned dict is ADK's way to answer a call without running it).

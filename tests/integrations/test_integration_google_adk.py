@@ -431,3 +431,39 @@ async def test_only_new_events_are_converted() -> None:
     # And the result is never stale: the stored session, converted again, is the same.
     history = plugin._sessions.history(f"{APP}/{USER}/{session.id}", list(stored.events))
     assert history == events_to_messages(stored.events)
+
+
+async def test_the_plugin_covers_every_agent_of_the_app() -> None:
+    """Registered once on the App, it judges a sub-agent the root hands the task to: the
+    session's one tracker follows the whole conversation, whichever agent talks."""
+
+    def reply(request: LlmRequest) -> types.Content:
+        if TOOL in request.tools_dict:
+            return _call(10)  # the cashier, looping
+        call = types.FunctionCall(name="transfer_to_agent", args={"agent_name": "cashier"})
+        return types.Content(role="model", parts=[types.Part(function_call=call)])
+
+    model = ScriptedModel(reply=reply)
+    runs: list[int] = []
+
+    def convert_currency(amount: int) -> str:
+        """Convert an amount of EUR to USD."""
+        runs.append(amount)
+        return SAME_RESULT
+
+    cashier = Agent(name="cashier", model=model, tools=[convert_currency])
+    front = Agent(name="front_desk", model=model, sub_agents=[cashier])
+    plugin = LoopJudgePlugin(config=TrackerConfig())
+    sessions = InMemorySessionService()
+    runner = Runner(app=App(name=APP, root_agent=front, plugins=[plugin]), session_service=sessions)
+    session = await sessions.create_session(app_name=APP, user_id=USER)
+    message = types.Content(role="user", parts=[types.Part(text=TASK)])
+    events = [
+        e async for e in runner.run_async(user_id=USER, session_id=session.id, new_message=message)
+    ]
+
+    assert {e.author for e in events} >= {"front_desk", "cashier"}
+    assert events[-1].author == "cashier"
+    assert (events[-1].custom_metadata or {})[METADATA_KEY]["action"] == "stop"
+    assert runs == [10, 10, 10]
+    assert [v.action.value for v in plugin.verdicts] == [*TOLD_ACTIONS, "stop"]
