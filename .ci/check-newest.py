@@ -13,7 +13,9 @@ with exactly those releases. When pip cannot, it prints the conflicting pair, as
 
 and exits 1. When the same releases do not install together even without the project (a
 conflict among them, or a release one needs missing from the index), no bound of ours is the
-cause: it says so and exits 0. It exits 2 when the index cannot be asked (this check needs
+cause: it says so and exits 0. A framework that cannot share an environment with the
+``integrations`` extra (``APART``: crewai) is resolved the same way with its own extra
+alone. It exits 2 when the index cannot be asked (this check needs
 it) or pip fails in another way, with pip's own last lines.
 
     python .ci/check-newest.py [--project DIR] [--extra integrations] [PACKAGE ...]
@@ -57,6 +59,11 @@ RESOLUTIONS = (
     (*COMMON, "pydantic-ai-slim[openai]"),
     (*COMMON, "pydantic-ai"),
 )
+# Frameworks that cannot share an environment with the integrations extra, by the extra of
+# their own: each is resolved in a run of its own, that extra beside our core (litellm) and
+# the framework's newest release. crewai needs openai 2 and openai-agents openai 3; openai
+# is left for pip to choose, as its newest release is one crewai never accepts.
+APART = {"crewai": ("litellm", "crewai")}
 
 # pip's lines under "The conflict is caused by:" (pip 23 to 25 write them alike).
 _DEPENDS = re.compile(r"^\s*(?P<who>\S+) (?P<version>\S+) depends on (?P<spec>.+?)\s*$")
@@ -265,16 +272,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--extra", default="integrations")
     parser.add_argument("--python", default=sys.executable, help="whose pip resolves")
     options = parser.parse_args(argv)
-    target = f"{options.project}[{options.extra}]"
-    runs = [tuple(options.packages)] if options.packages else list(RESOLUTIONS)
-    everything = list(dict.fromkeys(p for run in runs for p in run))
+    runs: list[tuple[str, tuple[str, ...]]] = (
+        [(options.extra, tuple(options.packages))]
+        if options.packages
+        else [(options.extra, run) for run in RESOLUTIONS] + list(APART.items())
+    )
+    everything = list(dict.fromkeys(p for _, run in runs for p in run))
 
     try:
         pinned = dict(zip(everything, pinned_newest(everything, options.python), strict=True))
     except CheckFailed as failed:
         print(f"check-newest: {failed}", file=sys.stderr)
         return 2
-    return max(resolve(target, [pinned[p] for p in run], options.python) for run in runs)
+    return max(
+        resolve(f"{options.project}[{extra}]", [pinned[p] for p in run], options.python)
+        for extra, run in runs
+    )
 
 
 if __name__ == "__main__":

@@ -129,11 +129,12 @@ def test_pydantic_ai_and_its_slim_release_are_resolved_apart(
 ) -> None:
     """pydantic-ai pins one exact pydantic-ai-slim, and the newest of the two can differ on
     the index: by default each goes in a resolution of its own, beside everything else."""
-    newest = {check.canonical(check._spec(p)[0]): "1.0" for run in check.RESOLUTIONS for p in run}
+    runs = [*check.RESOLUTIONS, *check.APART.values()]
+    newest = {check.canonical(check._spec(p)[0]): "1.0" for run in runs for p in run}
     python = fake_python(tmp_path, newest=newest, conflict=None)
     assert check.main(["--python", str(python), "--project", "/src"]) == 0
     asked = (tmp_path / "python.log").read_text("utf-8").splitlines()
-    assert len(asked) == 1 + len(check.RESOLUTIONS)
+    assert len(asked) == 1 + len(runs)
     slim, full = asked[1], asked[2]
     assert "pydantic-ai-slim[openai]==1.0" in slim and " pydantic-ai==" not in slim
     assert " pydantic-ai==1.0" in full and "pydantic-ai-slim" not in full
@@ -178,3 +179,20 @@ def test_a_conflict_without_the_project_is_not_ours(
     err = capsys.readouterr().err
     assert "WARNING" in err and "even without loop-judge" in err
     assert "conflict over openai: litellm 1.106.2 needs" in err
+
+
+def test_a_framework_apart_is_resolved_with_its_own_extra_alone(
+    check: ModuleType, tmp_path: Path
+) -> None:
+    """crewai cannot share an environment with the integrations extra (openai 2 against
+    openai-agents' openai 3): by default it is resolved with the crewai extra and litellm,
+    and none of the integrations extra's frameworks."""
+    runs = [*check.RESOLUTIONS, *check.APART.values()]
+    newest = {check.canonical(check._spec(p)[0]): "1.0" for run in runs for p in run}
+    python = fake_python(tmp_path, newest=newest, conflict=None)
+    assert check.main(["--python", str(python), "--project", "/src"]) == 0
+    asked = (tmp_path / "python.log").read_text("utf-8").splitlines()
+    [apart] = [run for run in asked if "/src[crewai]" in run]
+    assert "crewai==1.0" in apart and "litellm==1.0" in apart
+    assert "[integrations]" not in apart and "openai-agents" not in apart
+    assert not any("crewai==" in run for run in asked if "[integrations]" in run)

@@ -47,9 +47,20 @@ from judge.config import ENV_PREFIX, TrackerConfig, known_variables
 REPO = Path(__file__).resolve().parents[2]
 PAGES = [REPO / "README.md", *sorted((REPO / "docs").rglob("*.md"))]
 # Top-level modules of the framework integrations: a block importing one runs against the
-# fake model, and is skipped where the framework is not installed.
+# fake model, and is skipped where the framework is not installed. crewai is never installed
+# beside the integrations extra (openai 2 against 3): its blocks run in CI's crewai
+# environment, by tests/integrations/test_integration_crewai.py.
 FRAMEWORKS = frozenset(
-    {"agents", "smolagents", "claude_agent_sdk", "pydantic_ai", "langchain", "google", "strands"}
+    {
+        "agents",
+        "smolagents",
+        "claude_agent_sdk",
+        "pydantic_ai",
+        "langchain",
+        "google",
+        "strands",
+        "crewai",
+    }
 )
 # The module that shows a framework is installed, where its top-level one does not:
 # protobuf alone provides the ``google`` namespace.
