@@ -11,7 +11,7 @@ agent family can be stored in the project's own format and read by ``load_trajec
 * ``SystemPromptEvent`` -> ``system`` message; ``MessageEvent`` -> ``user``/``assistant``;
 * consecutive ``ActionEvent`` objects of one ``llm_response_id`` -> one ``assistant`` message
   whose content is the model's visible thought and whose ``tool_calls`` keep the native call
-  ids, names and JSON arguments;
+  ids, names and JSON arguments (verbatim, the string the model sent);
 * ``ObservationEvent`` / ``AgentErrorEvent`` / ``UserRejectObservation`` -> ``tool`` message
   answering its call;
 * bookkeeping events (``Condensation``, state updates, pauses) carry nothing the model said or
@@ -87,13 +87,26 @@ def observation_text(observation: Mapping[str, Any]) -> str:
 
 
 def _tool_call(event: Mapping[str, Any]) -> dict[str, Any]:
+    """The native tool call of one ``ActionEvent``, in the chat-completions shape.
+
+    SDK versions store the call three ways: newer ones a flat ``MessageToolCall``
+    (``tool_call.arguments``, ``tool_call.name``); SDKs before software-agent-sdk PR #550
+    (September 2025) LiteLLM's ``ChatCompletionMessageToolCall``, which nests them under
+    ``tool_call.function``; the earliest none at all, only the parsed ``action``.
+    """
     call = event.get("tool_call")
     call_id = event.get("tool_call_id")
     name = event.get("tool_name")
     if isinstance(call, Mapping):
-        arguments = call.get("arguments")
+        function = call.get("function")
+        nested = function if isinstance(function, Mapping) else {}
+        arguments = call.get("arguments", nested.get("arguments"))
         call_id = call.get("id", call_id)
-        name = call.get("name", name)
+        name = call.get("name", nested.get("name", name))
+        if arguments is None:
+            raise OpenHandsEventError(
+                f"ActionEvent {event.get('id')!r} has a tool call without arguments"
+            )
     else:  # early SDK events keep only the parsed action: its fields are the arguments
         action = event.get("action")
         fields = (

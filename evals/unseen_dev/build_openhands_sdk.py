@@ -115,14 +115,23 @@ def convert_safety(repo: Path) -> list[dict[str, Any]]:
         if turns < MIN_SAFETY_TURNS:
             continue
         task = Path(name).stem.removeprefix("traj_")
-        # The task text hands the agent the sandbox's service login; the project redactor
-        # masks it (and anything else it recognises) so no credential is stored here.
+        # The task text hands the agent the sandbox's service login, and the agent passes it
+        # on in calls (``curl -u user:password``); the project redactor masks it (and anything
+        # else it recognises) in texts and call arguments, so no credential is stored here.
         redacted = 0
         for message in converted.messages:
+            changed = False
             clean = redact(message["content"])
             if clean != message["content"]:
                 message["content"] = clean
-                redacted += 1
+                changed = True
+            for call in message.get("tool_calls", []):
+                function = call["function"]
+                clean = redact(function["arguments"])
+                if clean != function["arguments"]:
+                    function["arguments"] = clean
+                    changed = True
+            redacted += changed
         records.append(
             {
                 "id": f"openhands-sdk-oas-{task}",

@@ -16,6 +16,9 @@ from judge_eval.openhands_events import (
 )
 
 FIXTURE = Path(__file__).parent / "openhands_fixtures" / "events.json"
+#: Events as SDKs before ``MessageToolCall`` wrote them (the SWE-bench runs of the dev set):
+#: ``tool_call`` is LiteLLM's ``ChatCompletionMessageToolCall``, arguments under ``function``.
+LITELLM_FIXTURE = Path(__file__).parent / "openhands_fixtures" / "events_litellm_tool_call.json"
 
 
 def _events() -> list[dict[str, Any]]:
@@ -63,6 +66,56 @@ def test_action_without_tool_call_takes_its_arguments_from_the_action() -> None:
         "tool_call_id": "toolu_3",
         "content": "command timed out",
     }
+
+
+def test_litellm_tool_call_keeps_the_arguments_the_model_sent() -> None:
+    events = json.loads(LITELLM_FIXTURE.read_text(encoding="utf-8"))
+    converted = events_to_messages(events)
+    assert [m["role"] for m in converted.messages] == [
+        "system",
+        "user",
+        "assistant",
+        "tool",
+        "tool",
+        "assistant",
+        "tool",
+    ]
+    view, bash = converted.messages[2]["tool_calls"]
+    # Verbatim: the model's own string, including fields the parsed action drops.
+    assert view == {
+        "id": "toolu_01A",
+        "type": "function",
+        "function": {
+            "name": "str_replace_editor",
+            "arguments": events[2]["tool_call"]["function"]["arguments"],
+        },
+    }
+    assert json.loads(view["function"]["arguments"]) == {
+        "command": "view",
+        "path": "/w/README.rst",
+        "security_risk": "LOW",
+        "view_range": [1, 50],
+    }
+    assert bash["id"] == "toolu_01B"
+    assert bash["function"]["name"] == "execute_bash"
+    assert json.loads(bash["function"]["arguments"])["command"] == (
+        "cd /w && python -m pytest --version"
+    )
+    think = converted.messages[5]["tool_calls"][0]
+    assert think["function"] == {
+        "name": "think",
+        "arguments": json.dumps({"thought": "The filter must run in recursive mode too."}),
+    }
+    assert converted.messages[6]["tool_call_id"] == "toolu_01C"
+    every_call = [c for m in converted.messages for c in m.get("tool_calls", [])]
+    assert all(c["function"]["arguments"] != "null" for c in every_call)
+
+
+def test_tool_call_without_arguments_is_refused() -> None:
+    events = json.loads(LITELLM_FIXTURE.read_text(encoding="utf-8"))
+    del events[2]["tool_call"]["function"]["arguments"]
+    with pytest.raises(OpenHandsEventError, match="without arguments"):
+        events_to_messages(events)
 
 
 def test_bookkeeping_events_are_skipped_and_counted() -> None:
