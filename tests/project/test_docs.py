@@ -408,7 +408,9 @@ def check_loop_judge(words: list[str]) -> None:
     depth = 0
     for depth in range(len(path), 0, -1):
         done = subprocess.run(
-            [sys.executable, "-m", "judge.cli", *path[:depth], "--help"],
+            # The console script's own front: the runtime's commands and the tooling's
+            # (eval, check, import, scan) alike.
+            [sys.executable, "-m", "judge_eval", *path[:depth], "--help"],
             capture_output=True,
             text=True,
             timeout=120,
