@@ -6,6 +6,9 @@ Reproducible and auditable: for each label line the matching run file is copied 
 held-out runs stay out of the evaluation set on purpose. Two sets are built:
 
 - ``recorded``: ``shared/recorded`` with its ``labels-dev.jsonl`` -> ``evals/data/recorded``.
+- ``unseen_dev``: the runs of ``evals/unseen_dev`` (agent families no detector was tuned
+  on, converted by the scripts in that folder) with the labels in
+  ``evals/labels/unseen_dev_*.jsonl``, written into the same files.
 - ``coding_dev``: ``shared/coding_runs_dev`` with our own labels in
   ``evals/labels/coding_dev_*.jsonl`` -> ``evals/coding_dev`` (labelled for this project
   under ``shared/recorded/LABELING.md``; outside ``evals/data``, so the default eval is
@@ -13,7 +16,7 @@ held-out runs stay out of the evaluation set on purpose. Two sets are built:
 
 Usage (from the repo root)::
 
-    .venv/bin/python evals/build_dataset.py [recorded|coding_dev] [--source PATH]
+    .venv/bin/python evals/build_dataset.py [recorded|coding_dev|unseen_dev] [--source PATH]
 """
 
 from __future__ import annotations
@@ -40,6 +43,13 @@ SETS: dict[str, tuple[Path, list[Path], Path]] = {
         sorted((REPO_ROOT / "evals" / "labels").glob("coding_dev_*.jsonl")),
         REPO_ROOT / "evals" / "coding_dev",
     ),
+    # Converted here from public repositories (evals/unseen_dev/README.md) with "labels": null,
+    # then labelled in place: the folder is its own source.
+    "unseen_dev": (
+        REPO_ROOT / "evals" / "unseen_dev",
+        sorted((REPO_ROOT / "evals" / "labels").glob("unseen_dev_*.jsonl")),
+        REPO_ROOT / "evals" / "unseen_dev",
+    ),
 }
 DEFAULT_SOURCE, _RECORDED_LABELS, OUTPUT = SETS["recorded"]
 
@@ -53,11 +63,13 @@ def build(source: Path, output: Path = OUTPUT, label_files: list[Path] | None = 
         for line in labels_file.read_text().splitlines()
         if line.strip()
     ]
-    if output.exists():
+    in_place = output.resolve() == source.resolve()
+    runs = {label["path"]: json.loads((source / label["path"]).read_text()) for label in labels}
+    if output.exists() and not in_place:
         shutil.rmtree(output)
     written: list[Path] = []
     for label in labels:
-        run: dict[str, Any] = json.loads((source / label["path"]).read_text())
+        run: dict[str, Any] = runs[label["path"]]
         if run["id"] != label["id"]:
             raise SystemExit(f"{label['path']}: id {run['id']!r} != label id {label['id']!r}")
         record = {
