@@ -41,6 +41,9 @@ EXTRAS: dict[str, tuple[str, ...]] = {
     "pydantic-ai": ("pydantic_ai",),
     "langchain": ("langchain", "langgraph"),
     "smolagents": ("smolagents",),
+    "google-adk": ("google.adk",),
+    "strands": ("strands",),
+    "crewai": ("crewai",),
     "docs": ("mkdocs", "material", "mkdocstrings"),
     "test": ("pytest", "respx", "hypothesis"),
 }
@@ -106,13 +109,16 @@ def _versions(report: Report) -> None:
     report("versions", ", ".join(f"{name} {_version(name)}" for name in VERSIONS), True)
 
 
+def _found(module: str) -> bool:
+    try:
+        return importlib.util.find_spec(module) is not None
+    except ModuleNotFoundError:  # a dotted name whose parent package is missing ("google")
+        return False
+
+
 def _extras(report: Report) -> None:
     optional = {extra: modules for extra, modules in EXTRAS.items() if modules}
-    installed = [
-        extra
-        for extra, modules in optional.items()
-        if all(importlib.util.find_spec(module) is not None for module in modules)
-    ]
+    installed = [extra for extra, modules in optional.items() if all(_found(m) for m in modules)]
     missing = [extra for extra in optional if extra not in installed]
     report("extras installed", ", ".join(installed) or "none", True)
     report("extras missing", ", ".join(missing) or "none", True)

@@ -130,3 +130,11 @@ def test_extras_match_pyproject() -> None:
     project = tomllib.loads((REPO / "pyproject.toml").read_text("utf-8"))["project"]
     declared = set(project["optional-dependencies"]) - {"integrations"}  # all of the others
     assert set(EXTRAS) == declared
+
+
+def test_an_extra_under_a_missing_namespace_reads_as_missing() -> None:
+    # find_spec("google.adk") raises instead of answering None when no "google" is installed.
+    from judge.cli.doctor import _found
+
+    assert not _found("no_such_namespace_here.adk")
+    assert _found("json")
