@@ -14,6 +14,7 @@ never crash the agent that embeds us::
     +-- TrajectoryFormatError  a recorded trajectory file that cannot be read
     +-- LoopDetected           a framework integration stopped the agent's run (carries the verdict)
     |   +-- AgentsLoopDetected     the same, an OpenAI Agents error (integrations.openai_agents)
+    |   +-- CrewLoopDetected       the same, and CrewAI's HookAborted (integrations.crewai)
     +-- HookInputError         a hook event Claude Code does not send (integrations.claude_code)
     +-- StoreError             the session store could not serve a session (service.store)
     |   +-- StoreUnavailable       the backing store (Redis) did not answer
