@@ -36,9 +36,14 @@ def project(pyproject: dict[str, Any]) -> dict[str, Any]:
     return section
 
 
-def pins() -> dict[str, str]:
+# Extras CI installs in an environment of their own, each with its own constraints file:
+# crewai needs openai 2, the openai-agents extra openai 3, so no one environment holds both.
+APART = {"crewai": REPO / ".ci" / "crewai-constraints.txt"}
+
+
+def pins(path: Path = CONSTRAINTS) -> dict[str, str]:
     found = {}
-    for line in CONSTRAINTS.read_text("utf-8").splitlines():
+    for line in path.read_text("utf-8").splitlines():
         line = line.split("#", 1)[0].strip()
         if line:
             name, _, version = line.partition("==")
@@ -47,12 +52,14 @@ def pins() -> dict[str, str]:
     return found
 
 
-def requirements(project: dict[str, Any]) -> list[Requirement]:
+def requirements(project: dict[str, Any], apart: str | None = None) -> list[Requirement]:
     """Every dependency users can get: the core and each extra (the self-referencing
-    `integrations` extra contributes through the extras it names)."""
+    `integrations` extra contributes through the extras it names); with ``apart``, the
+    core and that one extra, which CI installs on its own."""
     listed = list(project["dependencies"])
-    for extra in project["optional-dependencies"].values():
-        listed += [r for r in extra if not r.startswith(project["name"])]
+    for name, extra in project["optional-dependencies"].items():
+        if (name in APART) == (apart is not None) and name == (apart or name):
+            listed += [r for r in extra if not r.startswith(project["name"])]
     return [Requirement(r) for r in listed]
 
 
@@ -70,6 +77,17 @@ def test_constraints_pin_every_dependency_inside_its_range(project: dict[str, An
     for requirement in requirements(project):
         name = canonicalize_name(requirement.name)
         assert name in pinned, f"{name} is not in .ci/constraints.txt: regenerate it"
+        assert requirement.specifier.contains(pinned[name], prereleases=True), (
+            f"{name}=={pinned[name]} is outside {requirement}"
+        )
+
+
+@pytest.mark.parametrize("extra", sorted(APART))
+def test_an_extra_apart_pins_its_own_environment(project: dict[str, Any], extra: str) -> None:
+    pinned = pins(APART[extra])
+    for requirement in requirements(project, apart=extra):
+        name = canonicalize_name(requirement.name)
+        assert name in pinned, f"{name} is not in {APART[extra].name}: regenerate it"
         assert requirement.specifier.contains(pinned[name], prereleases=True), (
             f"{name}=={pinned[name]} is outside {requirement}"
         )
