@@ -616,10 +616,10 @@ def test_the_module_map_matches_the_tree() -> None:
     package = REPO / "judge"
     named: set[Path] = set()
     for bullet in re.split(r"\n- ", section):
-        folder = re.match(r"`((?:judge|evals)/[\w/]*?)/?`", bullet.lstrip("- "))
+        folder = re.match(r"`((?:judge|evals|clients)/[\w/]*?)/?`", bullet.lstrip("- "))
         base = REPO / folder.group(1) if folder else package
         for name in re.findall(r"`([\w/]+(?:\.py|/))`", bullet):
-            path = REPO / name if name.startswith(("judge/", "evals/")) else base / name
+            path = REPO / name if name.startswith(("judge/", "evals/", "clients/")) else base / name
             assert path.exists(), f"docs/architecture.md names {name}, which is not in the tree"
             named.add(path.resolve())
     folders = {p.parent.resolve() for p in package.glob("*/__init__.py")}
