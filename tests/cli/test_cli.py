@@ -74,6 +74,7 @@ def test_eval_usage_errors_exit_2(
     assert exc.value.code == 2 and "--data DIR" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_eval_without_paths_replays_the_bundled_set_from_any_directory(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -100,6 +101,7 @@ def test_eval_data_selects_another_set(tmp_path: Path) -> None:
     assert report["runs"]["heuristics"]["unlabelled"]["trajectories"] == 1
 
 
+@pytest.mark.slow
 def test_eval_sweep_prints_a_row_per_setting(in_repo: Path, tmp_path: Path) -> None:
     code = main(
         ["eval", "--subset", "smoke", "--out", str(tmp_path), "--sweep", "early_checks=true,false"]

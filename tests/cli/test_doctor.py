@@ -93,6 +93,7 @@ def test_invalid_setting_is_reported_not_raised(
     assert report["settings"].startswith("FIX LOOP_JUDGE_LADDER='[warn' is not valid JSON")
 
 
+@pytest.mark.slow
 @pytest.mark.model_requests
 def test_call_sends_one_small_request_per_model(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]

@@ -460,6 +460,7 @@ def _build(steps: list[tuple[Any, ...]]) -> list[dict[str, Any]]:
     return agent.history
 
 
+@pytest.mark.slow
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(_step, max_size=25))
 def test_incremental_equals_batch_and_never_raises(steps: list[tuple[Any, ...]]) -> None:

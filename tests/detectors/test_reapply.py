@@ -337,6 +337,7 @@ def test_hostile_commands_take_linear_time(command: str) -> None:
     assert time.process_time() - started < 2.0
 
 
+@pytest.mark.slow
 def test_memory_stays_bounded_over_a_long_run() -> None:
     history: list[dict[str, Any]] = [{"role": "user", "content": "go"}]
     commands = []

@@ -88,6 +88,7 @@ def test_auto_falls_back_to_literal_similarity_without_the_packages(
     assert "repeated_request" in names and "semantic_repeat" not in names
 
 
+@pytest.mark.slow
 def test_off_never_imports_the_model_packages() -> None:
     result = replay_in_fresh_process(semantic="off")
     assert result["imported"] == []

@@ -17,6 +17,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from judge.config import ENV_PREFIX
 from judge.hooks.client import DAEMON_ENV
 from judge.integrations.claude_code import HookAnswer, answer_raw
@@ -110,16 +112,19 @@ def test_each_fixture_gets_no_answer(tmp_path: Path) -> None:
         assert (out, err) == ("", "")
 
 
+@pytest.mark.slow
 def test_looping_session_is_refused_by_the_fourth_call(tmp_path: Path) -> None:
     refused = _looping_session(tmp_path, "codex-loop")
     assert refused is not None and 3 <= refused <= 4, refused
 
 
+@pytest.mark.slow
 def test_looping_session_through_python_m(tmp_path: Path) -> None:
     refused = _looping_session(tmp_path, "codex-loop-m", module=True)
     assert refused is not None and 3 <= refused <= 4, refused
 
 
+@pytest.mark.slow
 def test_productive_session_is_never_refused(tmp_path: Path) -> None:
     session = "codex-productive"
     for n in range(8):
@@ -150,6 +155,7 @@ class CodexHooks(Hooks):
         return [sys.executable, "-m", "judge.hooks", "codex", "--state-dir", str(state_dir)]
 
 
+@pytest.mark.slow
 def test_the_daemon_answers_codex(package: Path, sockets: Path, tmp_path: Path) -> None:
     hooks = CodexHooks(package, sockets, tmp_path)
     hooks.start(tmp_path / "warm")

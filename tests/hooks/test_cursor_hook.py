@@ -203,6 +203,7 @@ def test_malformed_input_is_a_clear_error_and_lets_the_call_through(tmp_path: Pa
         to_claude_payload({"hook_event_name": "stop"})
 
 
+@pytest.mark.slow
 def test_the_claude_code_hook_answers_cursors_payloads_in_cursors_fields(tmp_path: Path) -> None:
     """Cursor also runs .claude/settings.json hooks, with its own payloads."""
     assert is_cursor_payload(fixture("pre_tool_use"))
@@ -214,16 +215,19 @@ def test_the_claude_code_hook_answers_cursors_payloads_in_cursors_fields(tmp_pat
 # -- sessions, one process per event --------------------------------------------------
 
 
+@pytest.mark.slow
 def test_looping_session_is_refused_by_the_fourth_call(tmp_path: Path) -> None:
     refused = _looping_session(tmp_path, "cursor-loop")
     assert refused is not None and 3 <= refused <= 4, refused
 
 
+@pytest.mark.slow
 def test_looping_session_of_failures_through_python_m(tmp_path: Path) -> None:
     refused = _looping_session(tmp_path, "cursor-loop-m", failure=True, module=True)
     assert refused is not None and 3 <= refused <= 4, refused
 
 
+@pytest.mark.slow
 def test_looping_session_with_the_older_shell_events(tmp_path: Path) -> None:
     session, refused = "cursor-shell-loop", None
     for n in range(1, 7):
@@ -239,6 +243,7 @@ def test_looping_session_with_the_older_shell_events(tmp_path: Path) -> None:
     assert refused is not None and 3 <= refused <= 4, refused
 
 
+@pytest.mark.slow
 def test_productive_session_is_never_refused(tmp_path: Path) -> None:
     session = "cursor-productive"
     for n in range(8):
@@ -257,6 +262,7 @@ def test_productive_session_is_never_refused(tmp_path: Path) -> None:
     assert run_cursor_hook(fixture("stop", conversation_id=session), tmp_path) == {}
 
 
+@pytest.mark.slow
 def test_a_stop_after_a_loop_never_asks_twice(tmp_path: Path) -> None:
     """Cursor's stop carries no final text, so the stop's own turn has nothing new; what
     it may say is a follow-up, and never once Cursor says it already followed one up."""
@@ -295,6 +301,7 @@ def _play(hooks: Hooks, state_dir: Path, session: str) -> list[str]:
     return [*answers, out]
 
 
+@pytest.mark.slow
 def test_the_daemon_answers_as_the_process_does(
     package: Path, sockets: Path, tmp_path: Path
 ) -> None:

@@ -113,11 +113,13 @@ def test_bad_payload_is_ignored_without_breaking_gemini(tmp_path: Path) -> None:
     assert err.startswith("loop-judge hook: ignored")
 
 
+@pytest.mark.slow
 def test_looping_session_is_refused_by_the_fourth_call(tmp_path: Path) -> None:
     refused = _looping_session(run_gemini_hook, tmp_path, "gemini-loop")
     assert refused is not None and 3 <= refused <= 4, refused
 
 
+@pytest.mark.slow
 def test_looping_session_through_python_m(tmp_path: Path) -> None:
     def hook(payload: Any, state_dir: Path) -> dict[str, Any]:
         return run_gemini_hook(payload, state_dir, module=True)
@@ -126,6 +128,7 @@ def test_looping_session_through_python_m(tmp_path: Path) -> None:
     assert refused is not None and 3 <= refused <= 4, refused
 
 
+@pytest.mark.slow
 def test_productive_session_is_never_refused(tmp_path: Path) -> None:
     session = "gemini-productive"
     for n in range(8):
@@ -159,6 +162,7 @@ class GeminiHooks(Hooks):
         return [sys.executable, "-m", "judge.hooks", "gemini", "--state-dir", str(state_dir)]
 
 
+@pytest.mark.slow
 def test_the_daemon_answers_gemini_the_same(package: Path, sockets: Path, tmp_path: Path) -> None:
     hooks = GeminiHooks(package, sockets, tmp_path)
     hooks.start(tmp_path / "warm")

@@ -326,6 +326,7 @@ def test_importing_judge_imports_no_framework() -> None:
     assert out.stdout.strip() == "[]"
 
 
+@pytest.mark.slow
 def test_a_stop_left_by_a_run_that_ended_first_never_ends_a_later_request() -> None:
     """A preflight's stop is acted on at the next model call of that run; when the run
     ends first (its recursion limit), the person's next request on the thread is served,

@@ -127,6 +127,7 @@ async def run(judge: LoopJudge, agent: Agent[Any]) -> Any:
     )
 
 
+@pytest.mark.slow
 async def test_a_looping_agent_is_warned_then_stopped(serve: Any) -> None:
     server = serve(looping_model)
     tools = Tools()

@@ -68,6 +68,7 @@ def guardrail(**kwargs: Any) -> LoopJudgeGuardrail:
     )
 
 
+@pytest.mark.slow
 async def test_a_10_mb_history_never_holds_the_loop_100_ms() -> None:
     g = guardrail()
     data = request(big_history(HISTORY_BYTES))

@@ -310,6 +310,7 @@ def test_atif_round_trip(tmp_path: Path) -> None:
     assert traj.meta["model"] == "gpt-4o"
 
 
+@pytest.mark.slow
 def test_atif_document_is_valid_for_reference_models() -> None:
     """Our understanding of ATIF matches the third-party pydantic models (if installed)."""
     atif = pytest.importorskip("atif")

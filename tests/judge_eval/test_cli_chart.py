@@ -28,6 +28,7 @@ def panels_drawn(path: Path) -> int:
     return round(png_width(path) / (CHART_SIZE_IN[0] * CHART_DPI))
 
 
+@pytest.mark.slow
 def test_heuristics_only_draws_no_empty_judge_panel(tmp_path: Path) -> None:
     assert main(["eval", "--subset", "smoke", "--out", str(tmp_path)]) == 0
     # Detection delay and loops caught by kind; no judge-calls panel, as no judge ran.

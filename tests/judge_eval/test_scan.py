@@ -147,6 +147,7 @@ def test_a_bad_line_of_an_otlp_jsonl_export_is_named(tmp_path: Path) -> None:
 # -- the command, as typed ---------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_scan_prints_the_table_writes_json_and_exits_10(tmp_path: Path) -> None:
     report_file = tmp_path / "scan.json"
     done = scan(str(FIXTURES), "--json", str(report_file))
@@ -186,12 +187,14 @@ def test_scan_prints_the_table_writes_json_and_exits_10(tmp_path: Path) -> None:
     assert runs["lf-trace-7"]["kind"] == "alternation"
 
 
+@pytest.mark.slow
 def test_a_productive_run_exits_0_and_estimates_nothing() -> None:
     done = scan(str(TRAJECTORY))
     assert done.returncode == 0, done.stderr
     assert "1 runs, 0 looped" in done.stdout
 
 
+@pytest.mark.slow
 def test_a_bad_file_is_reported_and_the_others_still_scanned(tmp_path: Path) -> None:
     folder = tmp_path / "exports"
     folder.mkdir()
@@ -209,6 +212,7 @@ def test_a_bad_file_is_reported_and_the_others_still_scanned(tmp_path: Path) -> 
     ]
 
 
+@pytest.mark.slow
 def test_a_secret_in_a_tool_argument_reaches_no_report(tmp_path: Path) -> None:
     """The loop's summary quotes the repeated call's arguments; the tracker redacts it."""
     arguments = json.dumps({"url": "https://api.example.com/v1/deploy", "token": TOKEN})
@@ -307,6 +311,7 @@ class _Marks(HTMLParser):
     shutil.which("chromium") is None,
     reason="chromium is not installed (apt-get install chromium; .ci/run installs it)",
 )
+@pytest.mark.slow
 def test_the_html_report_renders_the_flagged_turns_in_chromium(tmp_path: Path) -> None:
     page = tmp_path / "scan.html"
     done = scan(str(FIXTURES), "--html", str(page))

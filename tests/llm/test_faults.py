@@ -136,6 +136,7 @@ async def test_connect_refused(transport: str, delays: list[float]) -> None:
     assert tracker.check_interval == tracker.config.min_interval  # retried soon, not never
 
 
+@pytest.mark.slow
 async def test_read_timeout(transport: str, delays: list[float]) -> None:
     with FaultServer([Reply(delay_s=10)]) as server:
         tracker = make_tracker(server.port, delays)
@@ -146,6 +147,7 @@ async def test_read_timeout(transport: str, delays: list[float]) -> None:
     assert TIMEOUT_S <= elapsed <= outage_bound(2)
 
 
+@pytest.mark.slow
 async def test_slow_trickle_past_the_timeout(transport: str, delays: list[float]) -> None:
     # Headers at once, then one byte every 50 ms: each read succeeds, so a per-read timeout
     # never fires; the 400-byte body would take 20 s. Only the total deadline stops it.
@@ -364,6 +366,7 @@ class FakeClock:
         return self.now
 
 
+@pytest.mark.slow
 async def test_breaker_stops_paying_for_an_outage_and_recovers(
     transport: str, delays: list[float]
 ) -> None:

@@ -69,6 +69,7 @@ def tracker_for(port: int, **cfg: Any) -> LoopTracker:
     return LoopTracker(TrackerConfig(**settings), sleep=no_sleep)
 
 
+@pytest.mark.slow
 async def test_gzip_bomb_reply_is_refused_without_inflating_it(transport: str) -> None:
     bomb = gzip_bomb(BOMB_BYTES)
     assert len(bomb.encoded()) < 256 * 1024

@@ -96,6 +96,7 @@ def tracker_for(port: int, model: str) -> LoopTracker:
     return LoopTracker(config, sleep=no_sleep)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("model", MODELS)
 async def test_honest_reply_is_read_plain_and_compressed(model: str, transport: str) -> None:
     reply = native_reply(model, answer(0.95, "The agent repeats one failing call."))
@@ -126,6 +127,7 @@ async def test_redirect_is_not_followed(model: str, transport: str) -> None:
     assert not verdict.looping
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("model", MODELS)
 async def test_gzip_bomb_is_capped(model: str, transport: str) -> None:
     with FaultServer([gzip_bomb(BOMB_BYTES)]) as server:
@@ -222,6 +224,7 @@ def takes_an_sdk_client(source: str, dispatcher: str) -> bool:
     return any(mark in body for mark in sdk)
 
 
+@pytest.mark.slow
 async def test_the_provider_table_follows_litellms_dispatch() -> None:
     """`SDK_PROVIDERS` is a copy of a choice litellm makes in its own ``completion``: which
     providers get an OpenAI SDK client. Read that choice from the installed litellm, so that

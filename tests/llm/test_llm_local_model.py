@@ -93,6 +93,7 @@ async def test_a_prompt_over_the_context_is_a_clear_error(reply: Reply) -> None:
     assert verdict.errors == [f"fast judge {FAST}: {error_text}"]
 
 
+@pytest.mark.slow
 async def test_a_timeout_names_the_configured_value_and_no_short_retry_is_made(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -110,6 +111,7 @@ async def test_a_timeout_names_the_configured_value_and_no_short_retry_is_made(
     assert len(server.requests) == 1 and call.attempts == 1 and delays == []
 
 
+@pytest.mark.slow
 async def test_a_retry_after_a_timeout_gets_a_whole_attempt(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

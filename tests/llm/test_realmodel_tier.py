@@ -54,6 +54,7 @@ def run_script(root: Path, **env: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+@pytest.mark.slow
 def test_a_build_past_its_timeout_is_reported_loudly(sandbox: Path) -> None:
     done = run_script(sandbox, LLAMA_BUILD_TIMEOUT_S="1")
     assert done.returncode == 0  # never fails CI
@@ -73,6 +74,7 @@ def test_a_failed_build_is_reported_loudly(sandbox: Path) -> None:
     assert "failed (exit 1)" in done.stdout
 
 
+@pytest.mark.slow
 def test_a_skip_reason_from_an_earlier_run_is_cleared(sandbox: Path) -> None:
     run_script(sandbox, LLAMA_BUILD_TIMEOUT_S="1")
     python = sandbox / ".venv" / "bin" / "python"

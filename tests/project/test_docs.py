@@ -286,6 +286,7 @@ def run_params() -> list[object]:
     ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("block", run_params())
 def test_python_block_runs(block: Block, tmp_path: Path, fake_openai: str) -> None:
     frameworks = imported_modules(block.text) & FRAMEWORKS
@@ -302,6 +303,7 @@ def test_python_block_runs(block: Block, tmp_path: Path, fake_openai: str) -> No
         assert done.stdout.strip().endswith("stopping"), done.stdout[-2000:]
 
 
+@pytest.mark.slow
 def test_the_readme_example_prints_the_ladder(tmp_path: Path, fake_openai: str) -> None:
     """The 30-second example says what it prints: the ladder, one rung a line."""
     readme = [b for b in blocks_checked("run") if b.page.name == "README.md"]
@@ -476,6 +478,7 @@ def sidecar_routes() -> list[str]:
 @pytest.mark.parametrize(
     "block", [b for b in BLOCKS if b.lang == "bash"], ids=lambda block: block.id
 )
+@pytest.mark.slow
 def test_shell_block_commands(block: Block) -> None:
     found = commands(block)
     assert found
@@ -496,6 +499,7 @@ def test_install_commands_in_prose() -> None:
             check_command(command.strip())
 
 
+@pytest.mark.slow
 def test_claude_code_settings_name_the_hook_events() -> None:
     from judge.integrations import claude_code
 
@@ -515,6 +519,7 @@ def test_claude_code_settings_name_the_hook_events() -> None:
                 check_command(hook["command"].rpartition("/")[2])
 
 
+@pytest.mark.slow
 def test_gemini_settings_name_the_hook_events() -> None:
     from judge.integrations import gemini_cli
 
@@ -531,6 +536,7 @@ def test_gemini_settings_name_the_hook_events() -> None:
             re.compile(matcher.get("matcher", ""))
 
 
+@pytest.mark.slow
 def test_codex_hooks_name_the_hook_events() -> None:
     from judge.integrations import codex
 
@@ -545,6 +551,7 @@ def test_codex_hooks_name_the_hook_events() -> None:
                 check_command(hook["command"].rpartition("/")[2])
 
 
+@pytest.mark.slow
 def test_cursor_hooks_name_the_hook_events() -> None:
     from judge.integrations import cursor
 

@@ -36,6 +36,7 @@ def _names_tooling(module: str) -> bool:
     return module == TOOLING or module.startswith(f"{TOOLING}.")
 
 
+@pytest.mark.slow
 def test_no_runtime_module_imports_the_tooling() -> None:
     """Not at the top, not inside a function, not under TYPE_CHECKING."""
     files = sorted(RUNTIME.rglob("*.py"))
@@ -49,6 +50,7 @@ def test_no_runtime_module_imports_the_tooling() -> None:
     assert not offenders, offenders
 
 
+@pytest.mark.slow
 def test_no_runtime_module_loads_the_tooling_by_name() -> None:
     """``importlib.import_module("judge_eval...")`` would slip past the import check."""
     offenders = [

@@ -240,6 +240,7 @@ async def test_no_crafted_analysis_reaches_the_agent_in_a_run(shape: str) -> Non
 # -- through the HTTP client -----------------------------------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.anyio
 @pytest.mark.model_requests
 async def test_crafted_analyses_over_http_never_reach_the_recovery_message() -> None:

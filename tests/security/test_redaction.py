@@ -285,6 +285,7 @@ def test_corpus_is_big_enough_and_varied() -> None:
     assert len({c["kind"] for c in lookalikes}) >= 100
 
 
+@pytest.mark.slow
 def test_no_secret_of_the_corpus_reaches_the_judge_and_lookalikes_stay() -> None:
     figures = _bench().measure_redaction(redact)
     assert figures["leaked"] == []
@@ -430,6 +431,7 @@ def test_a_megabyte_without_punctuation_is_fast(unit: str) -> None:
         "Authorization: Basic ",
     ],
 )
+@pytest.mark.slow
 def test_punctuated_adversarial_input_grows_linearly(unit: str) -> None:
     """Twice the input costs about twice the time, never four times (quadratic)."""
     assert_redaction_grows_linearly(unit)

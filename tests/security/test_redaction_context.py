@@ -84,6 +84,7 @@ def test_no_lookalike_changes(case: dict[str, Any]) -> None:
         assert redact(text) == text, (case["id"], form)
 
 
+@pytest.mark.slow
 @pytest.mark.model_requests
 def test_a_sample_reaches_no_sink() -> None:
     """Through a tracker, an HTTP judge and the Claude Code hook: every sink clean."""
@@ -470,5 +471,6 @@ def test_a_tracker_publishes_keyed_placeholders_and_saves_plain_markers() -> Non
         "id,name,api_token,created 1,ci-bot,x,y ",
     ],
 )
+@pytest.mark.slow
 def test_context_rules_grow_linearly(unit: str) -> None:
     assert_redaction_grows_linearly(unit)

@@ -52,6 +52,7 @@ def test_the_corpus_is_what_the_bench_reads() -> None:
     assert all(s in {c["id"] for c in corpus["secrets"] + corpus["lookalikes"]} for s in SAMPLE)
 
 
+@pytest.mark.slow
 def test_a_sample_of_the_corpus_reaches_no_sink() -> None:
     figures = security_bench().measure_independent(list(SAMPLE))
     assert figures["secret_cases"] == 7 and figures["lookalike_cases"] == 4
@@ -221,6 +222,7 @@ def _transcript_session(folder: Path, secret: bool) -> tuple[list[str], str]:
     return actions, next((folder / "state").rglob("*.json")).read_text()
 
 
+@pytest.mark.slow
 def test_a_transcript_fed_session_detects_alike_with_secrets_and_keeps_none(tmp_path: Path) -> None:
     with_secret, saved = _transcript_session(tmp_path / "secret", secret=True)
     plain, _ = _transcript_session(tmp_path / "plain", secret=False)

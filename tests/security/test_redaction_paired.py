@@ -53,6 +53,7 @@ def test_no_lookalike_changes(case: dict[str, Any]) -> None:
         assert redact(text) == text, form
 
 
+@pytest.mark.slow
 @pytest.mark.model_requests
 def test_a_sample_reaches_no_sink() -> None:
     """End to end, every placement and sink, one case per family of structure."""
@@ -280,6 +281,7 @@ def test_disabling_secret_turns_the_pair_rules_off() -> None:
         "AWS Secret Access Key [",
     ],
 )
+@pytest.mark.slow
 def test_structure_rules_grow_linearly(unit: str) -> None:
     """Twice the input costs about twice the time, never four times (quadratic)."""
     assert_redaction_grows_linearly(unit)

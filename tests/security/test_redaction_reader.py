@@ -265,6 +265,7 @@ def test_the_judge_prompt_redacts_a_long_argument_before_clipping_it() -> None:
     "unit",
     ["\\n", "\\u001b[", "\x1b[1;", '\\"a', "\\\\\\n", "\\u00e9ghp_", "token: \\r\\n", "…ghp_a"],
 )
+@pytest.mark.slow
 def test_views_grow_linearly(unit: str) -> None:
     """Twice the input costs about twice the time, never four times (quadratic)."""
     assert_redaction_grows_linearly(unit)

@@ -54,6 +54,7 @@ def _sidecar_start(config: TrackerConfig = CONFIG) -> LoopTracker:
     return LoopTracker.from_state(config, LoopTracker(config).state.model_dump())
 
 
+@pytest.mark.slow
 def test_a_sample_of_the_corpus_leaks_nowhere_and_restores_alike() -> None:
     bench = _bench()
     cases = bench.load(bench.SECRETS_FILE)[::CASE_STRIDE]

@@ -26,6 +26,7 @@ def collector() -> Iterator[None]:
     gc.set_threshold(*threshold)
 
 
+@pytest.mark.slow
 def test_tuning_raises_the_young_threshold_and_freezes_what_is_alive(collector: None) -> None:
     _, middle, old = gc.get_threshold()
     alive = {"kept": [1, 2, 3]}
@@ -39,6 +40,7 @@ def test_tuning_raises_the_young_threshold_and_freezes_what_is_alive(collector: 
     assert gc.collect() >= 1  # an explicit collection still frees new garbage
 
 
+@pytest.mark.slow
 def test_serve_tunes_the_collector_before_it_runs(
     collector: None, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -241,6 +241,7 @@ def secret_history(n_turns: int) -> list[dict[str, Any]]:
     return history
 
 
+@pytest.mark.slow
 async def test_stored_sessions_hold_no_secret_and_appends_still_fit(redis_url: str) -> None:
     # The append API keeps the history's last entry next to the state: it is redacted like
     # the state, and the next append still continues from it (no 409, no re-read).

@@ -137,6 +137,7 @@ async def huge_turn_while_polling(app: Any) -> tuple[httpx.Response, float, list
     return huge, seconds, health, small.get("r")
 
 
+@pytest.mark.slow
 async def test_a_huge_turn_does_not_stall_healthz_or_other_sessions() -> None:
     huge, seconds, health, other = await huge_turn_while_polling(app_with())
     assert huge.status_code == 200, huge.text
@@ -146,6 +147,7 @@ async def test_a_huge_turn_does_not_stall_healthz_or_other_sessions() -> None:
     assert other is not None and other.status_code == 200 and other.json()["turn"] == 1
 
 
+@pytest.mark.slow
 async def test_a_turn_over_its_cpu_budget_is_413_on_that_session_only() -> None:
     app = app_with(turn_cpu_budget_s=0.2)
     huge, _seconds, health, other = await huge_turn_while_polling(app)
@@ -184,6 +186,7 @@ async def test_the_runner_stops_python_work_at_its_cpu_budget() -> None:
     assert threading.active_count() < 50
 
 
+@pytest.mark.slow
 async def test_waiting_is_not_cpu_time() -> None:
     runner = TurnRunner(threads=2, cpu_budget_s=0.2)
 
@@ -194,6 +197,7 @@ async def test_waiting_is_not_cpu_time() -> None:
     assert await runner.run(wait_for_the_judge) == "answered"
 
 
+@pytest.mark.slow
 async def test_the_runner_uses_at_most_its_threads_and_finishes_what_it_started() -> None:
     runner = TurnRunner(threads=3, cpu_budget_s=None)
     inside = 0

@@ -84,6 +84,7 @@ async def closed_after(reader: asyncio.StreamReader) -> tuple[bytes, float]:
     return data, time.monotonic() - started
 
 
+@pytest.mark.slow
 async def test_a_silent_connection_is_closed(port: int) -> None:
     reader, writer = await asyncio.open_connection("127.0.0.1", port)
     data, seconds = await closed_after(reader)
@@ -92,6 +93,7 @@ async def test_a_silent_connection_is_closed(port: int) -> None:
     assert data.startswith(b"HTTP/1.1 408")
 
 
+@pytest.mark.slow
 async def test_a_trickled_request_head_is_cut_off(port: int) -> None:
     reader, writer = await asyncio.open_connection("127.0.0.1", port)
     started = time.monotonic()
@@ -111,6 +113,7 @@ async def test_a_trickled_request_head_is_cut_off(port: int) -> None:
     assert data.startswith((b"HTTP/1.1 408", b"<reset>"))
 
 
+@pytest.mark.slow
 async def test_a_trickled_body_is_cut_off(port: int) -> None:
     reader, writer = await asyncio.open_connection("127.0.0.1", port)
     writer.write(
@@ -137,6 +140,7 @@ def request(port: int, sock: socket.socket) -> bytes:
     return data
 
 
+@pytest.mark.slow
 async def test_keep_alive_requests_under_the_deadline_are_served(port: int) -> None:
     def two_requests() -> list[Any]:
         with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:

@@ -78,6 +78,7 @@ async def apps(request: pytest.FixtureRequest) -> AsyncIterator[list[Any]]:
 # -- retries ------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 async def test_a_resent_request_counts_no_turn_and_gets_the_lost_warning(
     apps: list[Any],
 ) -> None:
@@ -208,6 +209,7 @@ async def test_an_evicting_redis_policy_is_warned_about(
 # -- planted keys -------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 async def test_a_lock_without_expiry_frees_itself_within_a_lease(redis_url: str) -> None:
     prefix = unique_prefix()
     store = replica(redis_url, prefix, lock_lease_s=0.3, lock_wait_s=5.0)

@@ -235,6 +235,7 @@ async def two_replicas(redis_url: str, prefix: str) -> AsyncIterator[tuple[Any, 
             await app.state.store.aclose()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("make_history", [failing_repeat_history, alternation_history])
 async def test_alternating_replicas_detect_at_the_same_turn(
     two_replicas: tuple[httpx.AsyncClient, httpx.AsyncClient], make_history: Any
@@ -387,6 +388,7 @@ async def test_busy_session_and_lost_lock(redis_url: str, prefix: str) -> None:
         await waiter.aclose()
 
 
+@pytest.mark.slow
 async def test_lease_is_renewed_during_a_long_turn(redis_url: str, prefix: str) -> None:
     store = replica(redis_url, prefix, lock_lease_s=0.2)
     other = replica(redis_url, prefix, lock_wait_s=0.0)
@@ -425,6 +427,7 @@ async def test_redis_down_is_store_unavailable_and_503() -> None:
         await store.aclose()
 
 
+@pytest.mark.slow
 async def test_a_killed_replica_frees_its_session_within_one_lease(
     redis_url: str, prefix: str
 ) -> None:

@@ -95,6 +95,7 @@ def _replay_with_restarts(messages: list[dict], config: TrackerConfig) -> tuple[
     return anyio.run(run)
 
 
+@pytest.mark.slow
 def test_tracker_state_round_trips_exactly_on_recorded_runs() -> None:
     from judge import LoopTracker
 

@@ -125,6 +125,7 @@ def _nested(shape: list[tuple[str, int]]) -> str:
     ),
     repeats=st.integers(1, 4),
 )
+@pytest.mark.slow
 def test_any_nesting_round_trips_through_state(shape: list[tuple[str, int]], repeats: int) -> None:
     history = call_turns([_nested(shape)] * repeats)
     live, restarted, sizes = anyio.run(replay, history)
@@ -143,6 +144,7 @@ def test_any_nesting_round_trips_through_state(shape: list[tuple[str, int]], rep
         max_leaves=30,
     )
 )
+@pytest.mark.slow
 def test_parsed_arguments_are_what_json_reads_from_the_canonical_text(value: Any) -> None:
     """The saved state keeps only the canonical text: parsing it must give the value back."""
     for arguments in (value, json.dumps(value)):
@@ -165,6 +167,7 @@ def _sized_history(mb: float, kind: str) -> list[dict[str, Any]]:
     return history
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["arguments", "result"])
 def test_state_does_not_grow_with_argument_or_result_size(kind: str) -> None:
     small = anyio.run(replay, _sized_history(0.1, kind))
@@ -213,6 +216,7 @@ def test_long_messages_and_arguments_are_bounded_but_compare_exactly() -> None:
     assert canonical_arguments(args.replace("bbbb", "bbbc", 1))[0] != canonical
 
 
+@pytest.mark.slow
 def test_byte_cap_sheds_the_judge_window_before_detector_memory() -> None:
     config = TrackerConfig(semantic="off", max_state_bytes=48_000)
     texts = [f"step {i}: " + "z" * 9_000 + str(i) for i in range(12)]

@@ -45,6 +45,7 @@ def _entries() -> list[tuple[Any, int]]:
     return out
 
 
+@pytest.mark.slow
 def test_recorded_messages_read_as_the_round_trip_reads_them() -> None:
     kept = copied = 0
     for raw, index in _entries():
@@ -83,6 +84,7 @@ def test_a_clean_value_is_returned_itself() -> None:
     assert redacting_reader(_redactor())(value) is value
 
 
+@pytest.mark.slow
 def test_leaves_alone_walks_keys_values_and_depth() -> None:
     def scrubber() -> Any:
         return redacted_by(_redactor())

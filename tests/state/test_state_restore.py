@@ -109,6 +109,7 @@ def histories(plan: list[tuple[tuple[str, int], list[list[dict[str, Any]]]]]) ->
     return out
 
 
+@pytest.mark.slow
 @given(turns)
 @SETTINGS
 def test_a_session_restored_every_turn_answers_as_one_never_saved(plan: Any) -> None:
@@ -128,6 +129,7 @@ def test_a_session_restored_every_turn_answers_as_one_never_saved(plan: Any) -> 
     anyio.run(run)
 
 
+@pytest.mark.slow
 @given(turns)
 @SETTINGS
 def test_a_tracker_restored_every_turn_answers_as_one_never_saved(plan: Any) -> None:

@@ -64,6 +64,7 @@ print(json.dumps({{"loaded": loaded, "built": built, "loops": loops}}))
 """
 
 
+@pytest.mark.slow
 def test_a_quiet_tracker_builds_only_its_config_and_loads_nothing_else() -> None:
     report = _run(
         "import anyio\nfrom judge import LoopTracker, TrackerConfig\n"
@@ -75,6 +76,7 @@ def test_a_quiet_tracker_builds_only_its_config_and_loads_nothing_else() -> None
     assert not any(report["built"].values()), report["built"]
 
 
+@pytest.mark.slow
 def test_a_judge_less_hook_event_starts_no_event_loop(tmp_path: Path) -> None:
     payload = {
         "hook_event_name": "PostToolUse",

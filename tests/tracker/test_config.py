@@ -199,6 +199,7 @@ def test_block_preset_replaces_every_value_of_the_base_preset() -> None:
     assert explicit.for_model("x1").recur_min == 7
 
 
+@pytest.mark.slow
 def test_configuration_is_a_leaf_of_the_import_graph() -> None:
     """Any part may import the settings: they import no other part of loop-judge."""
     code = "import sys, judge.config; print(sorted(m for m in sys.modules if m[:5] == 'judge'))"

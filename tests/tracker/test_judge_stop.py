@@ -116,6 +116,7 @@ JUDGES: dict[str, Callable[[], tuple[Callable[[JudgeRequest], Answer], bool]]] =
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("judge", sorted(JUDGES))
 async def test_a_judge_without_lasting_agreement_never_stops_a_productive_run(

@@ -6,6 +6,8 @@ import subprocess
 import sys
 import textwrap
 
+import pytest
+
 AGENT = textwrap.dedent(
     """
     import anyio, logging, sys
@@ -35,6 +37,7 @@ def run(*args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+@pytest.mark.slow
 def test_no_configured_logging_means_no_output_on_stderr() -> None:
     done = run()
     assert done.returncode == 0, done.stderr
@@ -42,6 +45,7 @@ def test_no_configured_logging_means_no_output_on_stderr() -> None:
     assert done.stderr == ""
 
 
+@pytest.mark.slow
 def test_configured_logging_gets_one_line_per_loop_verdict_with_the_tracker_name() -> None:
     done = run("configure")
     assert done.returncode == 0, done.stderr

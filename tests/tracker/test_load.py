@@ -185,6 +185,7 @@ async def test_thousand_trackers_no_cross_talk() -> None:
     assert {"repeat", "cycle"} <= loops  # the scripts do produce verdicts to compare
 
 
+@pytest.mark.slow
 async def test_overlapping_calls_on_one_tracker_are_serialized() -> None:
     class Tracing(EchoJudge):
         async def complete(self, model: str, messages: Any, *, schema: Any) -> ModelReply:

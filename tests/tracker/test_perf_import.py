@@ -36,6 +36,7 @@ def test_import_judge_loads_no_dependency() -> None:
     assert "judge.tracker" not in loaded
 
 
+@pytest.mark.slow
 def test_a_tracker_without_a_judge_model_loads_no_judge_machinery() -> None:
     loaded = _modules_after(
         "import anyio\nfrom judge import LoopTracker, TrackerConfig\n"

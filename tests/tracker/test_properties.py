@@ -87,6 +87,7 @@ def histories(draw: st.DrawFn) -> list[dict[str, Any]]:
     return history
 
 
+@pytest.mark.slow
 @given(histories())
 @SETTINGS
 def test_normalization_never_raises_on_valid_shapes(history: list[dict[str, Any]]) -> None:

@@ -196,6 +196,7 @@ def test_close_stops_the_thread_and_refuses_new_turns() -> None:
         tracker.turn_started(repeating(2))
 
 
+@pytest.mark.slow
 def test_a_forgotten_tracker_stops_its_thread_when_collected() -> None:
     before = len(worker_threads())
     tracker = SyncLoopTracker(CONFIG)
