@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import platform
 import time
 from datetime import datetime, timezone
 from pathlib import Path
@@ -162,8 +161,9 @@ def run_judge_tier_eval(args: argparse.Namespace, console: Console) -> int:
     client = LiteLLMClient.from_config(judge_config)
     out_path = Path(args.out) / RESULTS_FILE
     settings: dict[str, Any] = {
+        # The endpoint is left out, as from every report (`judge_eval.tables.public_config`).
         "model": args.judge_model,
-        "api_base": args.api_base,
+        "local_endpoint": bool(args.api_base),
         "windows": len(windows),
         "seed": args.seed,
         "paths": [str(p) for p in roots],
@@ -173,7 +173,6 @@ def run_judge_tier_eval(args: argparse.Namespace, console: Console) -> int:
         "max_reply_tokens": judge_config.max_reply_tokens,
         "timeout_s": judge_config.timeout_s,
         "started": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "host": platform.node(),
         "cpus": os.cpu_count(),
         "load_average_start": _load_average(),
     }
