@@ -12,8 +12,7 @@ from __future__ import annotations
 import importlib.util
 import os
 import threading
-from collections.abc import AsyncIterator, Callable, Iterator
-from contextlib import asynccontextmanager
+from collections.abc import Callable, Iterator
 from http.server import ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -37,11 +36,11 @@ from crewai.llms.base_llm import BaseLLM
 from crewai.tools import tool
 from pydantic import ConfigDict
 
-from judge import Action, LoopDetected, LoopTracker, TrackerConfig
+from judge import Action, LoopDetected, TrackerConfig
 from judge.errors import JudgeTimeout
 from judge.integrations.crewai import CrewLoopDetected, LoopJudgeHooks, to_chat_message
-from judge.service.store import StoreUnavailable
 from tests.fakes import fake_judge
+from tests.integrations.stores import DownStore
 from tests.project import test_docs as docs
 
 # Heuristics only and no semantic model: the same verdicts on every machine.
@@ -254,38 +253,9 @@ def test_native_messages_convert_to_what_the_tracker_reads() -> None:
     ) == [{"role": "tool", "content": "", "tool_call_id": "c1"}]
 
 
-class _DownStore:
-    """A session store that is unreachable, as a Redis outage makes it; counts the asks."""
-
-    kind = "down"
-
-    def __init__(self) -> None:
-        self.asked = 0
-
-    @asynccontextmanager
-    async def session(
-        self, session_id: str, *, readonly: bool = False
-    ) -> AsyncIterator[LoopTracker]:
-        self.asked += 1
-        raise StoreUnavailable("redis down", session_id=session_id)
-        yield  # pragma: no cover
-
-    async def delete(self, session_id: str) -> bool:
-        return False
-
-    async def live_sessions(self) -> int:
-        return 0
-
-    async def ping(self) -> None:
-        return None
-
-    async def aclose(self) -> None:
-        return None
-
-
 def test_loop_judge_trouble_never_reaches_the_agent(caplog: pytest.LogCaptureFixture) -> None:
     """A store that is down: every turn is logged and skipped, the crew finishes."""
-    store = _DownStore()
+    store = DownStore()
     tools, llm = Tools(), scripted(productive)
     with LoopJudgeHooks(store=store, config=CONFIG) as hooks:
         assert kickoff(crew(llm, tools)) == FINAL_ANSWER

@@ -9,8 +9,7 @@ asserts what the model was told, which tools ran, and how the run ended.
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncGenerator, AsyncIterator, Callable
-from contextlib import asynccontextmanager
+from collections.abc import AsyncGenerator, Callable
 from typing import Any
 
 import pytest
@@ -31,9 +30,9 @@ from pydantic import Field
 from judge import TrackerConfig
 from judge.errors import JudgeTimeout
 from judge.integrations.google_adk import METADATA_KEY, LoopJudgePlugin, events_to_messages
-from judge.service.store import StoreUnavailable
 from judge.tracker import LoopTracker
 from tests.fakes import fake_judge
+from tests.integrations.stores import DownStore
 
 pytestmark = pytest.mark.anyio
 
@@ -286,35 +285,6 @@ async def test_a_session_continued_in_a_later_run_keeps_its_ladder() -> None:
     assert "AGAIN" in told[-2] and "ASK THE USER" in told[-1]
 
 
-class _DownStore:
-    """A session store that is unreachable, as a Redis outage makes it; counts the asks."""
-
-    kind = "down"
-
-    def __init__(self) -> None:
-        self.asked = 0
-
-    @asynccontextmanager
-    async def session(
-        self, session_id: str, *, readonly: bool = False
-    ) -> AsyncIterator[LoopTracker]:
-        self.asked += 1
-        raise StoreUnavailable("redis down", session_id=session_id)
-        yield  # pragma: no cover
-
-    async def delete(self, session_id: str) -> bool:
-        return False
-
-    async def live_sessions(self) -> int:
-        return 0
-
-    async def ping(self) -> None:
-        return None
-
-    async def aclose(self) -> None:
-        return None
-
-
 def _finishing_after(calls: int) -> Reply:
     def reply(request: LlmRequest) -> types.Content:
         done = sum(1 for c in request.contents if c.role == "model")
@@ -324,7 +294,7 @@ def _finishing_after(calls: int) -> Reply:
 
 
 async def test_a_store_outage_never_crashes_the_agent(caplog: pytest.LogCaptureFixture) -> None:
-    store = _DownStore()
+    store = DownStore()
     shop = Shop(_finishing_after(3), LoopJudgePlugin(store=store), result="rate")
 
     events = await shop.run(await shop.session())

@@ -10,8 +10,7 @@ from __future__ import annotations
 import contextlib
 import subprocess
 import sys
-from collections.abc import AsyncIterator, Sequence
-from contextlib import asynccontextmanager
+from collections.abc import Sequence
 from typing import Any
 
 import pytest
@@ -39,8 +38,9 @@ from judge.integrations.langchain import (
     LoopJudgeMiddleware,
     to_chat_messages,
 )
-from judge.service.store import MemoryStore, StoreUnavailable
+from judge.service.store import MemoryStore
 from judge.tracker import LoopTracker
+from tests.integrations.stores import DownStore
 
 pytestmark = pytest.mark.anyio
 
@@ -227,37 +227,8 @@ async def test_a_thread_resumed_from_its_checkpoint_keeps_its_ladder() -> None:
     assert "LOOP DETECTED:" in told[0] and "AGAIN" in told[1] and "ASK THE USER" in told[2]
 
 
-class _DownStore:
-    """A session store that is unreachable, as a Redis outage makes it; counts the asks."""
-
-    kind = "down"
-
-    def __init__(self) -> None:
-        self.asked = 0
-
-    @asynccontextmanager
-    async def session(
-        self, session_id: str, *, readonly: bool = False
-    ) -> AsyncIterator[LoopTracker]:
-        self.asked += 1
-        raise StoreUnavailable("redis down", session_id=session_id)
-        yield  # pragma: no cover
-
-    async def delete(self, session_id: str) -> bool:
-        return False
-
-    async def live_sessions(self) -> int:
-        return 0
-
-    async def ping(self) -> None:
-        return None
-
-    async def aclose(self) -> None:
-        return None
-
-
 def test_loop_judge_trouble_never_crashes_the_agent(caplog: pytest.LogCaptureFixture) -> None:
-    store = _DownStore()
+    store = DownStore()
     model = ToolCallingFake(responses=[_call(1), _call(2), AIMessage("done")])
     agent = create_agent(
         model,

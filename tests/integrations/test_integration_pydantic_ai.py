@@ -7,8 +7,6 @@ what ran, and how the run ended.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from typing import Any
 
 import pytest
@@ -30,8 +28,8 @@ from pydantic_ai.models.function import AgentInfo, FunctionModel
 
 from judge import LoopDetected, TrackerConfig
 from judge.integrations.pydantic_ai import METADATA_KEY, LoopJudge, to_chat_messages
-from judge.service.store import StoreUnavailable
 from judge.tracker import LoopTracker
+from tests.integrations.stores import DownStore
 
 pytestmark = pytest.mark.anyio
 
@@ -176,37 +174,8 @@ async def test_a_conversation_continued_in_a_later_run_keeps_its_ladder() -> Non
     assert "LOOP DETECTED:" in told[0] and "AGAIN" in told[1] and "ASK THE USER" in told[2]
 
 
-class _DownStore:
-    """A session store that is unreachable, as a Redis outage makes it; counts the asks."""
-
-    kind = "down"
-
-    def __init__(self) -> None:
-        self.asked = 0
-
-    @asynccontextmanager
-    async def session(
-        self, session_id: str, *, readonly: bool = False
-    ) -> AsyncIterator[LoopTracker]:
-        self.asked += 1
-        raise StoreUnavailable("redis down", session_id=session_id)
-        yield  # pragma: no cover
-
-    async def delete(self, session_id: str) -> bool:
-        return False
-
-    async def live_sessions(self) -> int:
-        return 0
-
-    async def ping(self) -> None:
-        return None
-
-    async def aclose(self) -> None:
-        return None
-
-
 async def test_loop_judge_trouble_never_crashes_the_agent(caplog: pytest.LogCaptureFixture) -> None:
-    store = _DownStore()
+    store = DownStore()
     agent, runs = _agent(_finishing_after(3), LoopJudge(store=store))
 
     result = await agent.run("convert 10 EUR to USD")

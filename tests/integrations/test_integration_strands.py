@@ -11,7 +11,6 @@ from __future__ import annotations
 import itertools
 import json
 from collections.abc import AsyncGenerator, AsyncIterator, Callable
-from contextlib import asynccontextmanager
 from typing import Any
 
 import pytest
@@ -25,9 +24,9 @@ from strands.types.content import Messages
 from judge import TrackerConfig
 from judge.errors import JudgeTimeout
 from judge.integrations.strands import STATE_KEY, LoopJudgeHooks, messages_to_chat
-from judge.service.store import StoreUnavailable
 from judge.tracker import LoopTracker
 from tests.fakes import fake_judge
+from tests.integrations.stores import DownStore
 
 pytestmark = pytest.mark.anyio
 
@@ -272,37 +271,8 @@ async def test_agents_sharing_a_provider_have_their_own_trackers() -> None:
     assert [v.action.value for v in hooks.verdicts] == ["warn", "warn"]
 
 
-class _DownStore:
-    """A session store that is unreachable, as a Redis outage makes it; counts the asks."""
-
-    kind = "down"
-
-    def __init__(self) -> None:
-        self.asked = 0
-
-    @asynccontextmanager
-    async def session(
-        self, session_id: str, *, readonly: bool = False
-    ) -> AsyncIterator[LoopTracker]:
-        self.asked += 1
-        raise StoreUnavailable("redis down", session_id=session_id)
-        yield  # pragma: no cover
-
-    async def delete(self, session_id: str) -> bool:
-        return False
-
-    async def live_sessions(self) -> int:
-        return 0
-
-    async def ping(self) -> None:
-        return None
-
-    async def aclose(self) -> None:
-        return None
-
-
 async def test_a_store_outage_never_crashes_the_agent(caplog: pytest.LogCaptureFixture) -> None:
-    store = _DownStore()
+    store = DownStore()
     cashier = Cashier(_finishing_after(3), LoopJudgeHooks(store=store, session="s1"), result="rate")
 
     result = await cashier.run()
