@@ -7,7 +7,7 @@ trajectory, turn by turn) -> `metrics` (first flag against the labels) -> `table
 numbers as `TableData`) -> `report_files` (report.json, report.md) and `chart`
 (report.png). `oracle` is a simulated judge that answers from the labels, `cassette`
 records and replays real judge replies, `sweep` scores a grid of tracker settings and
-`loso` holds each source out in turn.
+`loso` holds each agent family out in turn.
 `closed_loop` drives scripted agents through the tracker instead (``loop-judge eval
 --closed-loop``): they read the recovery message and escape, ignore it, relapse or ask the
 user, so what happens after a flag is measured too. `cli` is the ``loop-judge`` console

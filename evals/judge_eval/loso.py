@@ -1,18 +1,19 @@
-"""Leave-one-source-out (LOSO): how tuned thresholds score on a source they never saw.
+"""Leave-one-family-out (LOSO): how tuned thresholds score on an agent family they never saw.
 
 A threshold chosen because it scores best on the data it is then measured on flatters
 itself: the figure rewards fitting those very trajectories, so every tuned figure is shown
-next to its LOSO twin. For each source S, the grid setting with the best F1 on every
-other source is chosen and S is scored with it; the held-out counts of all folds are then
+next to its LOSO twin. For each agent family F, the grid setting with the best F1 on every
+other family is chosen and F is scored with it; the held-out counts of all folds are then
 pooled into one figure. A rule that helps only in-sample shows up as a LOSO figure under
 the in-sample one.
 
-A source is what the eval's by-source table groups by (`TrajectoryResult.origin`: the
-recorded agent, or "handmade"). A source without loops is still a fold: its false alarms
-are exactly what a setting tuned elsewhere may add.
+A family is the first word of what the eval's by-source table groups by
+(`TrajectoryResult.origin`: the recorded agent, or "handmade"; `family_of`). A family
+without loops is still a fold: its false alarms are exactly what a setting tuned elsewhere
+may add.
 
 Cost: each setting replays the data once (`judge_eval.sweep.replay_grid`); the folds
-only re-score those replays, so any number of sources costs one sweep.
+only re-score those replays, so any number of families costs one sweep.
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ __all__ = [
     "LosoResult",
     "build_loso_configs",
     "choose_setting",
+    "family_of",
     "leave_one_source_out",
     "loso_settings",
     "one_at_a_time",
@@ -96,9 +98,22 @@ def build_loso_configs(
     return kept
 
 
+def family_of(origin: str) -> str:
+    """The agent family of a source: its first word, the project that built the agent.
+
+    Sources name the project first and then the variant ("smolagents CodeAgent" and
+    "smolagents ToolCallingAgent", "mini-swe-agent 1.15.0" and "2.2.7", "OpenHands agent
+    SDK" and "OpenHands CodeActAgent", "ReAct (FEVER)" and "ReAct (WebShop)"). Variants of
+    one project share its prompts, its harness messages and its tools, so a threshold
+    chosen on one sibling and scored on another would not be held out at all: siblings
+    are one fold.
+    """
+    return origin.split(maxsplit=1)[0] if origin.strip() else origin
+
+
 def source_of(result: TrajectoryResult) -> str:
-    """The fold a trajectory belongs to: the grouping of the eval's by-source table."""
-    return result.origin
+    """The fold a trajectory belongs to: its agent family (`family_of` its source)."""
+    return family_of(result.origin)
 
 
 def _exact_f1(m: Metrics) -> Fraction:
@@ -129,8 +144,8 @@ def choose_setting(candidates: Sequence[Metrics]) -> int:
 
 @dataclass(frozen=True, slots=True)
 class Fold:
-    """One held-out source: the setting chosen without it, and how that setting scored on
-    the sources it was chosen on (``train``) and on the held-out one."""
+    """One held-out family (``source``): the setting chosen without it, and how that
+    setting scored on the families it was chosen on (``train``) and on the held-out one."""
 
     source: str
     chosen: int
@@ -144,7 +159,7 @@ class LosoResult:
     """In-sample figures per setting, the folds, and the pooled held-out figure.
 
     ``pooled_results`` holds, for every trajectory, its replay under the setting chosen
-    for its own source's fold: scoring it is pooling the folds' counts, and grouping it by
+    for its own family's fold: scoring it is pooling the folds' counts, and grouping it by
     kind gives the per-kind LOSO figure.
     """
 
@@ -194,19 +209,19 @@ class LosoResult:
 
 
 def _sources(results: Iterable[TrajectoryResult]) -> list[str]:
-    """The sources with a labelled trajectory, sorted as the by-source table sorts them;
-    a source with only unlabelled runs has nothing to score and is no fold."""
+    """The families with a labelled trajectory, sorted; a family with only unlabelled
+    runs has nothing to score and is no fold."""
     return sorted({source_of(r) for r in results if r.labels is not None})
 
 
 def leave_one_source_out(replays: Sequence[GridReplay]) -> LosoResult:
-    """Choose a setting per held-out source from the others' scores and pool the folds.
+    """Choose a setting per held-out family from the others' scores and pool the folds.
 
     ``replays[0]`` must be the defaults (it wins ties) and every replay must hold the same
     trajectories in the same order, as `replay_grid` returns them.
     """
     if not replays:
-        raise ValueError("leave-one-source-out needs at least one replay")
+        raise ValueError("leave-one-family-out needs at least one replay")
     ids = [r.id for r in replays[0].results]
     for replay in replays[1:]:
         if [r.id for r in replay.results] != ids:

@@ -35,11 +35,12 @@ JSON_FILE = "report.json"
 MARKDOWN_FILE = "report.md"
 # What the LOSO tables of report.md mean, for a reader who did not run the command.
 LOSO_NOTE = (
-    "Leave-one-source-out (LOSO): each setting of the grid replays every trajectory once; "
-    "for each source, the setting with the best F1 on all the other sources (ties: higher "
-    "precision, then the defaults) scores that source, and the held-out counts of all "
-    "sources are pooled. LOSO well under the in-sample best means the best setting fits "
-    "the sources it was chosen on."
+    "Leave-one-family-out (LOSO): each setting of the grid replays every trajectory once; "
+    "for each agent family (a source's first word: the two smolagents agents are one "
+    "family), the setting with the best F1 on all the other families (ties: higher "
+    "precision, then the defaults) scores that family, and the held-out counts of all "
+    "families are pooled. LOSO well under the in-sample best means the best setting fits "
+    "the families it was chosen on."
 )
 
 
@@ -99,7 +100,7 @@ def build_report(
     loso: Mapping[str, LosoResult] | None = None,
 ) -> dict[str, Any]:
     """Everything measured, as JSON-safe data: metrics, breakdowns and per-trajectory rows,
-    and with ``--loso`` each run's leave-one-source-out figures under ``loso``."""
+    and with ``--loso`` each run's leave-one-family-out figures under ``loso``."""
     out: dict[str, Any] = {
         "generated_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "settings": settings,

@@ -55,7 +55,7 @@ class SweepRow:
 @dataclass(frozen=True, slots=True)
 class GridReplay:
     """Every trajectory replayed under one setting, kept whole so it can be re-scored on
-    any subset (leave-one-source-out scores each source apart) without replaying."""
+    any subset (leave-one-family-out scores each family apart) without replaying."""
 
     setting: dict[str, str]
     results: list[TrajectoryResult]

@@ -232,7 +232,7 @@ def loso_tables(name: str, loso: LosoResult) -> list[TableData]:
         ],
     )
     folds = TableData(
-        f"{name}: LOSO folds (setting chosen on the other sources)",
+        f"{name}: LOSO folds (setting chosen on the other families)",
         ("held-out source", "n", "loops", "chosen setting", "train F1", *_LOSO_COLUMNS),
         [
             (
@@ -249,7 +249,7 @@ def loso_tables(name: str, loso: LosoResult) -> list[TableData]:
     by_kind = grouped_table(f"{name}: LOSO by kind", "kind", loso.by_kind(), cost=False)
     best = loso.settings[loso.best]
     summary = TableData(
-        f"{name}: leave-one-source-out ({len(loso.folds)} sources)",
+        f"{name}: leave-one-family-out ({len(loso.folds)} families)",
         ("figure", "setting", *_LOSO_COLUMNS),
         [
             ("in-sample, defaults", describe_setting({}), *_loso_cells(loso.default)),

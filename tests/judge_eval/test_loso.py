@@ -1,4 +1,4 @@
-"""Leave-one-source-out: each source is scored by a setting chosen without it, and pooled."""
+"""Leave-one-family-out: each agent family is scored by a setting chosen without it, and pooled."""
 
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ from judge_eval.loso import (
     LOSO_GRID,
     build_loso_configs,
     choose_setting,
+    family_of,
     leave_one_source_out,
     loso_settings,
 )
@@ -115,6 +116,30 @@ def test_a_source_without_loops_is_a_fold_and_its_false_alarms_count() -> None:
     assert kinds["none"].fp == 1 and kinds["exact_repeat"].tp == 1
 
 
+def test_variants_of_one_agent_family_are_held_out_together() -> None:
+    """Two variants of one project ("fam A", "fam B") are one fold: the loose setting,
+    perfect on "fam A" and ruinous on "fam B", may not be chosen on A and scored on B.
+    Folded by source, "fam B" would get the loose setting (best on the other sources);
+    folded by family, "fam" is chosen on "other" alone, where the defaults do as well."""
+    spec: Spec = [(f"a{i}", "fam A", True) for i in range(4)]
+    spec += [(f"b{i}", "fam B", False) for i in range(4)]
+    spec += [("o0", "other", True), ("o1", "other", False)]
+    defaults = _replay(DEFAULTS, spec, ["a0", "o0"])
+    loose = _replay(LOOSE, spec, [tid for tid, _, _ in spec if tid != "o1"])
+
+    result = leave_one_source_out([defaults, loose])
+
+    assert [f.source for f in result.folds] == ["fam", "other"]
+    folds = {f.source: f for f in result.folds}
+    assert folds["fam"].setting == DEFAULTS
+    assert _counts(folds["fam"].held_out) == (1, 0, 3, 4)
+    assert [family_of(o) for o in ("smolagents CodeAgent", "ReAct (FEVER)", "handmade")] == [
+        "smolagents",
+        "ReAct",
+        "handmade",
+    ]
+
+
 def test_ties_go_to_precision_then_to_the_defaults() -> None:
     spec: Spec = [(f"l{i}", "S", True) for i in range(4)] + [
         (f"n{i}", "S", False) for i in range(4)
@@ -211,8 +236,9 @@ def test_eval_loso_reports_folds_pooled_and_in_sample(
     report = json.loads((out / "report.json").read_text())
     loso = report["loso"]["heuristics"]
     by_origin = report["runs"]["heuristics"]["by_origin"]
-    assert [f["source"] for f in loso["folds"]] == sorted(by_origin)
     assert sorted(by_origin) == ["ReAct (FEVER)", "ReAct (WebShop)", "handmade"]
+    # The two ReAct tasks are one agent family, so one fold.
+    assert [f["source"] for f in loso["folds"]] == ["ReAct", "handmade"]
     assert [g["name"] for g in loso["grid"]] == ["defaults", "result_cycle_min=5"]
     # The usual report is the defaults' replay, and it is the grid's first row.
     assert loso["in_sample_default"] == report["runs"]["heuristics"]["metrics"]
@@ -221,7 +247,7 @@ def test_eval_loso_reports_folds_pooled_and_in_sample(
     assert sum(f["held_out"]["trajectories"] for f in loso["folds"]) == len(SMALL_FILES)
     markdown = (out / "report.md").read_text()
     assert "### heuristics: LOSO folds" in markdown and "### heuristics: LOSO by kind" in markdown
-    assert "Leave-one-source-out (LOSO)" in markdown
+    assert "Leave-one-family-out (LOSO)" in markdown
     printed = capsys.readouterr().out
     tail = printed[printed.index("summary") :]  # the LOSO figures close the output
     assert "LOSO, pooled" in tail and "in-sample, best of grid" in tail

@@ -4,7 +4,7 @@ The command's flags and flow: plan the runs (`judge_eval.cli.eval_plan`), replay
 trajectory under each, print the tables and write report.json, report.md and report.png
 (judge_eval's `tables`, `report_files` and `chart`). ``--sweep`` scores a grid of
 heuristic settings instead; ``--loso`` replays a grid of settings and adds the
-leave-one-source-out figures (`judge_eval.loso`) to the usual report of the defaults;
+leave-one-family-out figures (`judge_eval.loso`) to the usual report of the defaults;
 ``--closed-loop`` hands over to `judge_eval.cli.eval_closed_loop`, ``--judge-model`` to
 `judge_eval.cli.eval_judge_tier`.
 """
@@ -169,9 +169,9 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     ev.add_argument(
         "--loso",
         action="store_true",
-        help="also report leave-one-source-out figures: replay the data once per setting of "
-        "a threshold grid (judge_eval.loso.LOSO_GRID, or --sweep), score each source "
-        "with the setting that is best on the other sources, and pool; heuristics or "
+        help="also report leave-one-family-out figures: replay the data once per setting of "
+        "a threshold grid (judge_eval.loso.LOSO_GRID, or --sweep), score each agent family "
+        "with the setting that is best on the other families, and pool; heuristics or "
         "--judge oracle",
     )
     ev.add_argument("--no-chart", action="store_true", help="do not draw report.png")
@@ -346,7 +346,7 @@ def _run_eval(args: argparse.Namespace, console: Console) -> int:
         f"replaying {len(trajectories)} trajectories ({labelled} labelled) in {mode} mode: "
         + ", ".join(p.name for p in plans)
         + (
-            f"; leave-one-source-out over {len(next(iter(grids.values())))} settings"
+            f"; leave-one-family-out over {len(next(iter(grids.values())))} settings"
             if grids
             else ""
         )
