@@ -1,7 +1,8 @@
 """The HTTP client a judge call goes through: no redirects, a bounded reply.
 
 A judge endpoint is trusted with the prompt, not with our memory or our prompt's
-destination (issue 12, defect 8). litellm's own clients follow redirects (a 307 would send
+destination: a redirect must not forward the transcript, a reply must not fill the
+memory of the agent's process. litellm's own clients follow redirects (a 307 would send
 the whole transcript on to wherever the Location header points) and inflate a compressed
 reply in full before anyone looks at its size (a 200 kB gzip bomb became ~1 GB). litellm
 takes a client per call (``client=`` of ``acompletion``), of one of two kinds: an
