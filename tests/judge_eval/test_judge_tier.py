@@ -290,6 +290,57 @@ def test_the_command_asks_the_model_over_http_and_writes_figures_only(
     assert "rejected reply" in printed and "ROC AUC" in printed
 
 
+@pytest.mark.slow
+@pytest.mark.model_requests
+def test_a_stopped_run_resumes_where_it_stopped_and_refuses_another_sample(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A window costs minutes of CPU: --resume asks only about the windows not yet in the
+    file, and the rows it keeps are the ones a full run writes; a resume under another
+    seed would mix two samples, so it is refused naming the seed."""
+    from judge_eval.cli import main
+    from tests.fault_server import FaultServer, Reply, Request, completion
+
+    data = tmp_path / "data"
+    data.mkdir()
+    for traj in (
+        run(40, onset_turn=20, run_id="looping-run"),
+        run(40, onset_turn=None, run_id="calm-run"),
+    ):
+        (data / f"{traj.id}.json").write_text(json.dumps(traj.to_json_dict()), "utf-8")
+
+    def reply(request: Request) -> Reply:
+        answer = {"unproductive_state_analysis": "x", "unproductive_state_confidence": 0.95}
+        return completion(json.dumps(answer))
+
+    out = tmp_path / "out"
+    argv = ["eval", str(data), "--judge-model", "openai/local", "--windows", "2"]
+    with FaultServer(reply) as server:
+        argv += ["--api-base", server.api_base, "--out", str(out)]
+        assert main(argv) == 0
+        full = json.loads((out / "judge_tier.json").read_text("utf-8"))
+        assert len(server.requests) == 2
+        # Stopped after the first window:
+        stopped = {**full, "windows": full["windows"][:1]}
+        (out / "judge_tier.json").write_text(json.dumps(stopped), "utf-8")
+        assert main([*argv, "--resume"]) == 0
+        assert len(server.requests) == 3  # only the second window was asked again
+        resumed = json.loads((out / "judge_tier.json").read_text("utf-8"))
+        with pytest.raises(SystemExit) as exc:
+            main([*argv, "--resume", "--seed", "7"])
+    strip = ("latency_s",)
+    assert [{k: v for k, v in w.items() if k not in strip} for w in resumed["windows"]] == [
+        {k: v for k, v in w.items() if k not in strip} for w in full["windows"]
+    ]
+    assert resumed["summary"]["tp"] == full["summary"]["tp"] == 1
+    assert resumed["settings"]["started"] == full["settings"]["started"]
+    assert len(resumed["settings"]["resumed"]) == 1
+    printed = capsys.readouterr()
+    assert "resuming: 1 of 2" in printed.out
+    assert exc.value.code == 2
+    assert "seed=20261128" in printed.err
+
+
 def test_the_command_refuses_flags_of_other_evals(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

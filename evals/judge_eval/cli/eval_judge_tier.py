@@ -9,6 +9,7 @@ figures and writes ``judge_tier.json`` (ids and figures only, no transcript text
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import time
 from datetime import datetime, timezone
@@ -105,6 +106,62 @@ def _check_flags(args: argparse.Namespace) -> None:
         raise UsageError(f"--windows must be at least 2 (one of each label), got {args.windows}")
 
 
+# The settings a resumed run must share with the file it continues: together they fix the
+# sample (which windows, in which order) and what each answer is scored against. The
+# timeout and the machine may differ: a slow window does not change what was asked.
+RESUME_KEYS = (
+    "model",
+    "windows",
+    "seed",
+    "paths",
+    "subset",
+    "threshold",
+    "max_prompt_chars",
+    "max_reply_tokens",
+)
+
+
+def _resumed(
+    path: Path, settings: dict[str, Any], windows: list[Window]
+) -> tuple[list[WindowResult], dict[str, Any]]:
+    """The rows already scored in ``path``, checked to be a prefix of this sample.
+
+    A window is hours of CPU on a small machine, so a run stopped by a session's end is
+    continued rather than repeated; mixing rows of another sample or other judge settings
+    would make the figures mean nothing, so any difference is refused by name.
+    """
+    try:
+        earlier = json.loads(path.read_text("utf-8"))
+        rows = [WindowResult(**row) for row in earlier["windows"]]
+        old = earlier["settings"]
+    except FileNotFoundError:
+        raise UsageError(f"--resume: no earlier run at {path}") from None
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise UsageError(f"--resume: {path} is not a judge tier result ({exc})") from None
+    for key in RESUME_KEYS:
+        if old.get(key) != settings[key]:
+            raise UsageError(
+                f"--resume: {path} was run with {key}={old.get(key)!r}, this run has "
+                f"{key}={settings[key]!r}; resume with the same settings or pick another --out"
+            )
+    if len(rows) > len(windows):
+        raise UsageError(f"--resume: {path} holds {len(rows)} rows, the sample has {len(windows)}")
+    for i, (row, window) in enumerate(zip(rows, windows, strict=False)):
+        if (row.run_id, row.turn) != (window.run_id, window.turn):
+            raise UsageError(
+                f"--resume: row {i} of {path} is {row.run_id} turn {row.turn}, the sample's "
+                f"window {i} is {window.run_id} turn {window.turn}: the data changed"
+            )
+    resumed = [*old.get("resumed", []), datetime.now(timezone.utc).isoformat(timespec="seconds")]
+    kept = {
+        "started": old.get("started"),
+        "load_average_start": old.get("load_average_start"),
+        "resumed": resumed,
+        "elapsed_before_s": float(earlier.get("elapsed_s", 0.0)),
+    }
+    return rows, kept
+
+
 def _load_average() -> str:
     try:
         return " ".join(f"{v:.2f}" for v in os.getloadavg())
@@ -177,6 +234,15 @@ def run_judge_tier_eval(args: argparse.Namespace, console: Console) -> int:
         "load_average_start": _load_average(),
     }
     done: list[WindowResult] = []
+    elapsed_before = 0.0
+    if args.resume:
+        done, kept = _resumed(out_path, settings, windows)
+        elapsed_before = kept.pop("elapsed_before_s")
+        settings.update(kept)
+        console.print(
+            f"resuming: {len(done)} of {len(windows)} windows already scored in {out_path}",
+            highlight=False,
+        )
     shown = 0
 
     def on_result(result: WindowResult, raw: str | None) -> None:
@@ -200,13 +266,13 @@ def run_judge_tier_eval(args: argparse.Namespace, console: Console) -> int:
             {**settings, "load_average_end": _load_average()},
             summarize(done, judge_config.confidence_threshold),
             list(done),
-            time.perf_counter() - started,
+            elapsed_before + time.perf_counter() - started,
         )
         write_results(partial, out_path)
 
     anyio.run(
         lambda: run_tier(
-            windows,
+            windows[len(done) :],
             client,
             args.judge_model,
             threshold=judge_config.confidence_threshold,

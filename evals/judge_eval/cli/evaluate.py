@@ -216,6 +216,12 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         "on a CPU reads a window in minutes)",
     )
     ev.add_argument(
+        "--resume",
+        action="store_true",
+        help="with --judge-model: keep the windows already scored in --out's judge_tier.json "
+        "(same model, sample and judge settings) and ask only about the rest",
+    )
+    ev.add_argument(
         "-v", "--verbose", action="store_true", help="log each failed judge call as it happens"
     )
     ev.set_defaults(func=run)
