@@ -233,7 +233,7 @@ def loso_tables(name: str, loso: LosoResult) -> list[TableData]:
     )
     folds = TableData(
         f"{name}: LOSO folds (setting chosen on the other families)",
-        ("held-out source", "n", "loops", "chosen setting", "train F1", *_LOSO_COLUMNS),
+        ("held-out family", "n", "loops", "chosen setting", "train F1", *_LOSO_COLUMNS),
         [
             (
                 f.source,
