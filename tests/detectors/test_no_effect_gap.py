@@ -54,3 +54,31 @@ def test_the_same_test_unchanged_now_and_then_over_a_long_run_is_not() -> None:
             command = {"command": f"python render_invoice.py --page {k % 3}"}
             agent.call("bash", command, f"page {k % 3}, draft {n}.{k}")
     assert best(agent) < LOOP_SCORE
+
+
+def test_the_step_clock_survives_a_saved_and_restored_suite() -> None:
+    # Saved after a long stretch of other work: the restored detector must still know the
+    # test's last run is old, or the next unchanged run would extend the count.
+    detector, steps = NoEffectDetector(), StepBuilder()
+    agent = Agent(task="Fix the cart total.")
+    agent.call("bash", TEST, SAME)
+    for n in range(no_effect.NO_EFFECT_EDITS - 1):
+        edit(agent, n)
+        agent.call("bash", TEST, SAME)
+    for k in range(no_effect.MAX_GAP_STEPS + 1):
+        agent.call("bash", {"command": f"python render_invoice.py --page {k % 3}"}, f"draft {k}")
+    for msg in normalize_history(agent.messages):
+        for step in steps.feed(msg):
+            detector.observe(step)
+    restored = NoEffectDetector()
+    for name in NoEffectDetector.STATE:
+        setattr(restored, name, getattr(detector, name))
+    start = len(agent.messages)
+    edit(agent, 99)
+    agent.call("bash", TEST, SAME)
+    found = [
+        restored.observe(s)
+        for m in normalize_history(agent.messages)[start:]
+        for s in steps.feed(m)
+    ]
+    assert found[-1] is None  # a new look: the count starts again
