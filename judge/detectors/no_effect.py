@@ -9,6 +9,11 @@ does not work. Two shapes are read:
 - a command (a test run) re-run after each new edit, returning the same result each time;
 - an editor that reports the test summary with each edit (Moatless Tools): successful
   edits of the same file whose result ends with the same line.
+
+"In a row" is bounded in time too: a target re-checked after `MAX_GAP_STEPS` steps of
+other work starts a new count. A long run returns to an old test now and then, after
+other fixes elsewhere, and finding it unchanged then says nothing about the edits made
+for it, so unchanged results far apart must not add up to six.
 """
 
 from __future__ import annotations
@@ -24,6 +29,12 @@ from judge.verdict import LoopKind
 # deserve more benefit of the doubt (a refactor in several steps keeps tests red), so six:
 # a dozen-variant tweak loop is caught halfway, a multi-step fix is not.
 NO_EFFECT_EDITS = 6
+# Steps (completed calls) after which a target's next run starts a new count. Measured on
+# evals/coding_dev and evals/data, on every run whose count reaches 3: an agent re-runs
+# its check 1 to 15 steps after the previous run (psf-requests-863, the labelled loop: 1
+# to 3). A few more than the longest: no run there changes, and a check re-run after
+# twenty steps of other work is a new look, not the same attempt again.
+MAX_GAP_STEPS = 20
 # Commands and files followed at once: a debugging session alternates between a few.
 TRACKED = 8
 # The last line of an edit's result is its test summary, when it has one ("70 passed. 16
@@ -46,7 +57,9 @@ class NoEffectDetector:
 
     name = "no_effect"
     reads_messages = False  # it reasons about call steps only
-    STATE = ("_runs", "_current")
+    STATE = ("_runs", "_current", "_steps", "_at")
+    # Attributes a state saved before they existed may lack (their reset value is kept).
+    STATE_OPTIONAL = frozenset({"_steps", "_at"})
 
     def __init__(self, edits: int = NO_EFFECT_EDITS) -> None:
         self._edits = edits
@@ -56,17 +69,24 @@ class NoEffectDetector:
         # target -> (result key, edit epoch of the last run, unchanged runs, evidence)
         self._runs: dict[str, tuple[str, int, int, tuple[int, ...]]] = {}
         self._current: Finding | None = None
+        self._steps = 0  # completed calls seen: the clock of MAX_GAP_STEPS
+        self._at: dict[str, int] = {}  # target -> the step of its latest run
 
     def observe(self, event: Event) -> Finding | None:
         if not isinstance(event, Step):
             return self._current
         self._current = None
+        self._steps += 1
         if event.outcome in (Outcome.MISSING, Outcome.ACK) or event.result is None:
             return None
         target, key = self._target(event)
         if target is None:
             return None
         key_then, epoch, count, evidence = self._runs.pop(target, (None, -1, 0, ()))
+        last = self._at.pop(target, None)
+        if last is not None and self._steps - last > MAX_GAP_STEPS:
+            key_then, count, evidence = None, 0, ()  # a new look after other work
+        self._at[target] = self._steps
         if key == key_then and event.edits > epoch:
             count, evidence = count + 1, (*evidence, event.call_index)[-2 * self._edits :]
         elif key != key_then:
@@ -74,6 +94,8 @@ class NoEffectDetector:
         self._runs[target] = (key, event.edits, count, evidence)
         while len(self._runs) > TRACKED:
             del self._runs[next(iter(self._runs))]
+        while len(self._at) > TRACKED:
+            del self._at[next(iter(self._at))]
         if count < 2:
             return None
         self._current = Finding(

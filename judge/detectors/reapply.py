@@ -17,6 +17,13 @@ same lines differently is a new edit, and a refused edit is no edit at all.
 - Broken script: the agent's own inline code (``python -c``) failing to parse with the
   same error `SAME_SCRIPT_ERRORS` times: the quoting mistake made again.
 
+Only recent evidence adds up. Long productive coding runs restore a file and re-apply a
+fix now and then as they try one idea after another: two such rounds at turn 60 and a
+third at turn 200 are three separate decisions, not one loop. So re-applying intervals
+count only while consecutive (a restore followed by a different fix, or by none, starts
+the count again) and within `SPAN_STEPS` steps of one another, and a refused
+edit or a broken script counts only its repeats within `SPAN_STEPS` steps.
+
 Commands are read up to a bounded head, with string operations and patterns that each
 start at a literal word and cannot backtrack across it, and remembered as short digests:
 time is linear in the new text and state stays bounded on any input.
@@ -41,6 +48,14 @@ from judge.verdict import LoopKind
 # marshmallow-1359; the labels' "bounded 3-attempt retry"); the labelled restore/re-apply
 # loops reach 3 (django-12589, django-14855) and 4 (pyvista-4315). evals/data: 0 anywhere.
 RESTORE_CYCLES = 3
+# Steps (completed calls) within which the evidence of one loop must fall: a re-applying
+# interval, refused edit or script error counted longer ago than this is forgotten.
+# Measured on evals/coding_dev, from the first counted event to the one that flags: the
+# re-apply loops take 6 (django-14855), 17 (pyvista-4315) and 18 steps (django-12589), the
+# refused edits 4 to 8, the broken script 7. Twice the longest leaves room for an agent
+# that reads and tests more between its rounds, and is a sixth of the 200-plus steps over
+# which long productive runs restore and re-apply a fix now and then.
+SPAN_STEPS = 36
 # Lines an edit must share with undone edits of the file to re-apply them. One shared line
 # is often a signature or a call site any fix of that function repeats; the loops share 2
 # to 17 (django-14855's sed re-inserts 2 lines of its scripts' 4-line fix).
@@ -201,7 +216,9 @@ class ReapplyDetector:
 
     name = "reapply"
     reads_messages = False  # it reasons about call steps only
-    STATE = ("_recent", "_files", "_refused", "_current")
+    STATE = ("_recent", "_files", "_refused", "_current", "_steps", "_when")
+    # Attributes a state saved before they existed may lack (their reset value is kept).
+    STATE_OPTIONAL = frozenset({"_steps", "_when"})
 
     def __init__(self, cycles: int = RESTORE_CYCLES, refusals: int = SAME_EDIT_FAILURES) -> None:
         self._cycles = cycles
@@ -219,11 +236,26 @@ class ReapplyDetector:
         # refused target -> (times, evidence)
         self._refused: dict[str, tuple[int, tuple[int, ...]]] = {}
         self._current: Finding | None = None
+        self._steps = 0  # completed calls seen: the clock of SPAN_STEPS
+        # key ("file:" + file, or a refused target) -> the steps at which it was counted
+        self._when: dict[str, tuple[int, ...]] = {}
+
+    def _recent_count(self, key: str, limit: int, add: bool = True) -> int:
+        """How many times ``key`` was counted within the last SPAN_STEPS steps, this step
+        included when ``add``; older ones are forgotten (at most ``limit`` kept)."""
+        times = tuple(t for t in self._when.pop(key, ()) if self._steps - t < SPAN_STEPS)
+        if add:
+            times = (*times, self._steps)[-limit:]
+        self._when[key] = times
+        while len(self._when) > TRACKED_FILES + TRACKED_TARGETS:
+            del self._when[next(iter(self._when))]
+        return len(times)
 
     def observe(self, event: Event) -> Finding | None:
         if not isinstance(event, Step):
             return self._current
         self._current = None  # each finding speaks on the step that completes it
+        self._steps += 1
         if event.outcome.failed:
             self._current = self._refusal(event) or self._broken_script(event)
             return self._current
@@ -251,9 +283,14 @@ class ReapplyDetector:
         return self._current
 
     def _restore(self, file: str, index: int) -> None:
-        undone, restores, cycles, _, last, evidence = self._files.pop(
+        undone, restores, cycles, counted, last, evidence = self._files.pop(
             file, ((), 0, 0, False, -1, ())
         )
+        if restores and not counted:
+            # The interval this restore closes made a different fix (or none): the cycle
+            # is broken, and the count starts again from here.
+            cycles, evidence = 0, ()
+            self._when.pop(f"file:{file}", None)
         gathered = dict.fromkeys(undone)
         for names, lines, at in self._recent:
             if at > last and _name(file) in names:
@@ -273,8 +310,10 @@ class ReapplyDetector:
             shared = len(set(lines).intersection(undone))
             if shared < SHARED_LINES:
                 continue
-            cycles += 1
-            evidence = (*evidence, last, step.call_index)[-2 * self._cycles :]
+            # Consecutive intervals, each within SPAN_STEPS of the newest: older rounds
+            # are separate decisions of a long run, not this loop.
+            cycles = self._recent_count(f"file:{file}", self._cycles)
+            evidence = (*evidence, last, step.call_index)[-2 * cycles :]
             self._files[file] = (undone, restores, cycles, True, last, evidence)
             self._current = Finding(
                 detector=self.name,
@@ -320,8 +359,11 @@ class ReapplyDetector:
 
     def _count(self, key: str, index: int, limit: int) -> tuple[int, tuple[int, ...]]:
         """One more occurrence of ``key``: how many so far, and the newest indices."""
-        times, evidence = self._refused.pop(key, (0, ()))
-        times, evidence = times + 1, (*evidence, index)[-2 * limit :]
+        _, evidence = self._refused.pop(key, (0, ()))
+        # Only the repeats within SPAN_STEPS count: the same stale edit sent again much
+        # later is a new attempt after other work, not the same mistake in a row.
+        times = self._recent_count(key, limit)
+        evidence = (*evidence, index)[-times:]
         self._refused[key] = (times, evidence)
         while len(self._refused) > TRACKED_TARGETS:
             del self._refused[next(iter(self._refused))]

@@ -6,6 +6,15 @@ their tool output in the user role. The same such message arriving several times
 with no new data in between, means the agent keeps making the same mistake: an error
 cycle, whatever the agent's own messages say.
 
+"In a row" means without recovery between. A correction the agent answers with a valid,
+new action (a call it has not made lately, which the harness ran) has been heeded: the
+agent made a mistake, was told, and moved on, even when the command it ran then failed or
+found nothing. Long productive runs slip on the reply format now and then ("found 2
+actions" at turn 115, again at turn 120 after four new commands): those corrections are
+each answered, and adding them up over the run would call the agent stuck for mistakes it
+fixed. Only a correction that returns with no new action between (the agent replies
+badly again, or repeats a call it had already made) counts towards the run.
+
 Harnesses that want a tool call nag differently: the agent answers in prose, is told
 "please provide a tool call", makes one token search, and answers in prose again. The
 search brings new data, so the nags are never in a row; what repeats is the pair, the same
@@ -38,6 +47,9 @@ MIN_CHARS = 20
 MAX_EVIDENCE = 12
 # Result keys remembered to tell new data from a result seen before (as text_repetition).
 SEEN_RESULTS = 64
+# Call signatures remembered to tell a new action from one made lately: as many as the
+# results, so a call counts as new exactly when its result could be new data.
+SEEN_CALLS = SEEN_RESULTS
 # Harnesses put counts in their nudges ("found 2 actions", "found 4 actions"): the same
 # nudge whatever the number. Only for a message this long, a filled-in template (the
 # mini-swe-agent format error is about 600 characters): a person's short notes that differ
@@ -93,7 +105,10 @@ class RepeatedFeedbackDetector:
         "_answer",
         "_nags",
         "_nagged",
+        "_calls",
     )
+    # Attributes a state saved before they existed may lack (their reset value is kept).
+    STATE_OPTIONAL = frozenset({"_calls"})
 
     def __init__(self, repeats: int = REPEATS) -> None:
         self._repeats = repeats
@@ -101,6 +116,7 @@ class RepeatedFeedbackDetector:
 
     def reset(self) -> None:
         self._seen: deque[str] = deque(maxlen=SEEN_RESULTS)
+        self._calls: deque[str] = deque(maxlen=SEEN_CALLS)  # signatures of recent calls
         self._edits = 0
         self._action = ""  # digest of the agent's latest message (what it did)
         self._turn = 0  # assistant messages seen
@@ -125,6 +141,14 @@ class RepeatedFeedbackDetector:
             new_data = event.outcome is Outcome.OK and event.key not in self._seen
             if new_data:
                 self._seen.append(event.key)
+            # A new call that ran is the correction heeded: the run of corrections ends.
+            # (Not the nag rule's: its loops make a new token search between nags and
+            # return to the same answer; they are bounded by NAG_WINDOW instead.)
+            heeded = event.signature not in self._calls
+            if heeded:
+                self._calls.append(event.signature)
+                if not new_data and event.edits == self._edits:
+                    self._end_run()
             if event.edits != self._edits:
                 self._nags.clear()  # a file changed: the nags before it are answered
             if new_data or event.edits != self._edits:

@@ -1,4 +1,14 @@
-"""Assistant text that repeats: whole messages again, or one message stuck on a phrase."""
+"""Assistant text that repeats: whole messages again, or one message stuck on a phrase.
+
+Two messages repeat when what they *say and do* is alike, not when they start alike. Many
+models open nearly every reply the same way (a lone "." line, "Let me check ...", a
+restated plan): that opening is the model's house style and says nothing about a loop. So
+whole leading sentences the two messages share are set aside and the rest is compared; a
+long message is read at both ends (its new content is often at the end, behind a
+restated context); and two messages that make different tool calls do different things,
+whatever their prose. An agent stuck on one reply repeats all of it, opening, body and
+call alike, and is still caught.
+"""
 
 from __future__ import annotations
 
@@ -20,6 +30,22 @@ MIN_CHARS = 40
 # Compare the head of long messages only: enough to tell two plans apart, and it bounds
 # the cost of a turn whatever the agent writes.
 COMPARE_CHARS = 1500
+# A message longer than COMPARE_CHARS is read as its first and last half of that: two
+# replies that restate the same context before saying something new differ at the end.
+HALF_COMPARE = COMPARE_CHARS // 2
+# Where a sentence ends in whitespace-collapsed text: a common opening is set aside up to
+# the last of these inside it, so only whole shared sentences are dropped.
+_OPENING_ENDS = (". ", "! ", "? ", ": ")
+# Two messages alike as a whole must also be this alike (0..100) once the opening they
+# share is set aside: what follows a house-style opening says what the message is about.
+# A word in ten: a reply said again in other words ("THOUGHT: Now run `repro.py` again."
+# after "THOUGHT: Run `repro.py` again.", 94 once "thought: " is set aside, in a labelled
+# debug loop) still counts; "Let me check the parser" after "Let me check the lexer"
+# does not.
+REST_SIMILARITY = 90
+# Separates a message's compared text from its calls in the saved window (a character no
+# collapsed text holds; a state saved before calls were kept has none: no calls).
+_CALLS_SEP = "\x00"
 # How many earlier assistant messages each new one is compared with.
 WINDOW = 6
 # One message repeating a sentence this many times is degenerate ...
@@ -309,13 +335,15 @@ class TextRepetitionDetector:
         )
 
     def _repeated(self, msg: Message, text: str) -> Finding | None:
-        head = text[:COMPARE_CHARS].lower()
+        head = sample(text).lower()
+        # What the message does: its calls, as signatures (bounded: see judge.history).
+        calls = " ".join(call.signature for call in msg.tool_calls)[:COMPARE_CHARS]
         similar = [
             index
             for index, other, epoch in self._recent
-            if epoch == self._epoch and fuzz.ratio(head, other, score_cutoff=self._similarity)
+            if epoch == self._epoch and self._alike(head, calls, other)
         ]
-        self._recent.append((msg.index, head, self._epoch))
+        self._recent.append((msg.index, head + _CALLS_SEP + calls, self._epoch))
         if not similar:
             return None
         looping = len(similar) >= self._min_repeats
@@ -330,3 +358,49 @@ class TextRepetitionDetector:
             pattern=f"text:{short(head, 60)}",
             details={"text": short(text, 200), "count": len(similar) + 1},
         )
+
+    def _alike(self, head: str, calls: str, saved: str) -> bool:
+        """Whether a message (its sampled text and its calls) repeats a saved one: the
+        same calls, and the same text once a shared opening is set aside."""
+        other, _, other_calls = saved.partition(_CALLS_SEP)
+        if calls != other_calls:
+            # Different calls (a path, a line number: one character is another file) are a
+            # different action, whatever the prose says; calls varied around one target
+            # are the call detectors' to judge (similar_retry, result_cycle).
+            return False
+        if not fuzz.ratio(head, other, score_cutoff=self._similarity):
+            return False
+        cut = opening(head, other)
+        rest, other_rest = head[cut:], other[cut:]
+        if not rest and not other_rest:
+            return True  # the same text throughout
+        cutoff = min(self._similarity, REST_SIMILARITY)
+        return bool(fuzz.ratio(rest, other_rest, score_cutoff=cutoff))
+
+
+def sample(text: str) -> str:
+    """The part of a (whitespace-collapsed) message that is compared: all of it up to
+    COMPARE_CHARS, else its head and its tail, which bounds the cost of a turn."""
+    if len(text) <= COMPARE_CHARS:
+        return text
+    return text[:HALF_COMPARE] + " ... " + text[-HALF_COMPARE:]
+
+
+def opening(a: str, b: str) -> int:
+    """Length of the whole leading sentences ``a`` and ``b`` share (0 if none): their
+    common prefix, cut back to its last sentence end, or all of it when it is all of
+    either text."""
+    n = min(len(a), len(b))
+    # The longest common prefix by bisection: a dozen slice comparisons (in C) rather
+    # than a Python loop over every character.
+    common, high = 0, n
+    while common < high:
+        mid = (common + high + 1) // 2
+        if a[:mid] == b[:mid]:
+            common = mid
+        else:
+            high = mid - 1
+    if common == n and (len(a) == n or a[n] == " ") and (len(b) == n or b[n] == " "):
+        return common  # one text is the other's whole opening sentences
+    shared = a[:common]
+    return max((shared.rfind(end) + len(end) for end in _OPENING_ENDS if end in shared), default=0)
