@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from hashlib import blake2b
 
 from judge.detectors.edits import modifies_files
-from judge.detectors.outcome import Outcome, classify, result_key
+from judge.detectors.outcome import Outcome, classify, error_substance, result_key
 from judge.history import RESULT_ROLES, Message, ToolCall
 
 
@@ -28,6 +28,9 @@ class Step:
     # New file changes made so far in the run, this step included (judge.detectors.edits):
     # two steps with the same count have no new edit between them.
     edits: int = 0
+    # For an error, what failed whichever tool reported it (`outcome.error_substance`);
+    # empty otherwise.
+    substance: str = ""
 
     def __post_init__(self) -> None:
         if not self.signature:
@@ -120,6 +123,7 @@ class StepBuilder:
                     outcome,
                     result_key(keyed, outcome),
                     edits=self._edits,
+                    substance=error_substance(stripped or "") if outcome is Outcome.ERROR else "",
                 )
             )
         self._pending = []
