@@ -47,6 +47,8 @@ _ERROR_START = re.compile(
     r"cannot|can't|could not|couldn't|unable to|not found|no such|permission denied|"
     r"access denied|forbidden|unauthorized|denied|unknown (?:command|tool|action)|"
     r"command not found|timed? ?out|observation: error|"
+    # a harness reporting that the call itself failed
+    r"(?:tool|function|command|action)(?: call| execution)? (?:failed|error)\b|"
     r"\w*(?:error|exception)\b[:!]?|\d{3} (?:client|server) error|http (?:error|4\d\d|5\d\d))",
     re.IGNORECASE,
 )
