@@ -420,6 +420,19 @@ def _exception_line(text: str) -> str | None:
 BARE_ERROR_WORDS = 4
 
 
+# A missing file or directory in the words of tools that do not say "No such file or
+# directory" (an editor's "The path /x does not exist", "Directory not found: /x"): the same
+# obstacle as the missing-file family, so one missing directory reached through ls, an
+# editor and a script is one failure. The word, at most a path (or the "<arg>" that stands
+# for the call's own argument), then the verdict: "file a.py: function f not found" is about
+# something in the file, not the file.
+_MISSING_PATH = re.compile(
+    r"\b(?:file|directory|folder|path)\b\s{0,3}(?:[:'\"`]?\s{0,3}[\w./~<>\\-]{1,200}['\"`]?\s{0,3})?"
+    r"(?:does(?: not|n't) exist|not found|is missing)\b",
+    re.IGNORECASE,
+)
+
+
 def error_substance(text: str) -> str:
     """What failed, whichever tool or wording reported it: the error family (``F:``, a
     missing file, a denied permission...), else the exception and its message (``X:``),
@@ -430,10 +443,12 @@ def error_substance(text: str) -> str:
     family = error_family(body)
     if family is not None:
         return "F:" + family
+    head = body[:_HEAD_CHARS]
+    if _MISSING_PATH.search(head):
+        return "F:missing-file"
     exception = _exception_line(body)
     if exception is not None:
         return "X:" + _digest(mask(_LONG_QUOTE.sub("<q>", exception[:300])))
-    head = body[:_HEAD_CHARS]
     lines = [ln for ln in head.strip().splitlines() if ln.strip()] or [""]
     tail = body[-200:].strip().splitlines() or [""]
     first, last = (_LONG_QUOTE.sub("<q>", ln) for ln in (lines[0][:200], tail[-1]))

@@ -84,6 +84,17 @@ def test_a_missing_path_is_one_substance_whichever_tool_reports_it() -> None:
     assert {error_substance(t) for t in texts} == {"F:missing-file"}
 
 
+def test_a_missing_path_in_other_words_is_the_same_substance() -> None:
+    for text in (
+        "Invalid `path` parameter: /work/data. The path /work/data does not exist.",
+        "Directory not found: /work/data",
+        "Error: file /work/data/train.csv not found",
+    ):
+        assert error_substance(text) == "F:missing-file", text
+    # Something missing inside a file is not a missing file.
+    assert error_substance("file a.py: function load not found") != "F:missing-file"
+
+
 def test_a_bare_rejection_is_marked_as_naming_nothing() -> None:
     assert error_substance("Invalid action!").startswith("B:")
     assert error_substance("Error: flight HAT030 not available on date 2024-05-13").startswith("L:")
@@ -130,6 +141,22 @@ def test_one_missing_directory_through_different_tools_is_a_loop() -> None:
     verdicts = replay(agent)
     assert first_flag(verdicts) == 3
     assert "ls" in (verdicts[2].summary or "") and "python" in (verdicts[2].summary or "")
+
+
+def test_one_missing_directory_through_an_editor_and_the_shell_is_a_loop() -> None:
+    agent = Agent()
+    agent.call(
+        "str_replace_editor",
+        {"command": "view", "path": "/work/data"},
+        "Invalid `path` parameter: /work/data. The path /work/data does not exist.",
+    )
+    agent.call("glob", {"pattern": "/work/data/*.csv"}, "Error: directory /work/data not found")
+    agent.call(
+        "bash",
+        {"command": "wc -l /work/data/*.csv"},
+        "wc: /work/data/*.csv: No such file or directory",
+    )
+    assert first_flag(replay(agent)) == 3
 
 
 def test_a_success_between_failures_is_progress() -> None:
