@@ -42,7 +42,8 @@ STUCK_FAILURES = 4
 # ("Invalid action!") needs SAME_FAILURE_BARE: it does not say what is wrong, and three
 # different attempts after it are how an agent finds out (labelled WebShop runs recover
 # so). Written from smolagents' web searches failing on spent credits through reworded
-# code and tau-bench's retried booking of an unavailable flight.
+# code; the two exemptions (bare rejections, failing commands that write files) from the
+# productive WebShop and mini-swe-agent runs that a plain count of three flagged.
 SAME_FAILURE = 3
 SAME_FAILURE_BARE = 4
 SAME_FAILURE_WINDOW = SAME_FAILURE_BARE
