@@ -47,6 +47,8 @@ _ERROR_START = re.compile(
     r"cannot|can't|could not|couldn't|unable to|not found|no such|permission denied|"
     r"access denied|forbidden|unauthorized|denied|unknown (?:command|tool|action)|"
     r"command not found|timed? ?out|observation: error|"
+    # a harness reporting that the call itself failed
+    r"(?:tool|function|command|action)(?: call| execution)? (?:failed|error)\b|"
     r"\w*(?:error|exception)\b[:!]?|\d{3} (?:client|server) error|http (?:error|4\d\d|5\d\d))",
     re.IGNORECASE,
 )
@@ -145,9 +147,15 @@ _OBSERVATION_OPEN = re.compile(r"\s{0,8}<observation>")
 _OBSERVATION_CLOSE = "</observation>"
 
 
+# A line some agent frameworks put before every tool result, naming the call it answers
+# ("Call id: call_3"): it says nothing about the result and would hide an "Error:" line
+# under it from the verdict, which reads the start of the result.
+_CALL_ID_HEADER = re.compile(r"\s{0,8}call[ _-]?id\s{0,4}[:=][^\n]{0,80}\n", re.IGNORECASE)
+
+
 def unwrap(text: str) -> tuple[str, int | None]:
     """``(output, exit code)`` of a shell tool's result; ``(text, None)`` when the result
-    carries no exit status."""
+    carries no exit status. A leading call-id line is dropped."""
     head = _ENVELOPE_HEAD.match(text[:_HEAD_CHARS])
     if head is not None:
         body = text[head.end() :]
@@ -165,6 +173,9 @@ def unwrap(text: str) -> tuple[str, int | None]:
         if stripped.endswith(_OBSERVATION_CLOSE):
             body = stripped[: -len(_OBSERVATION_CLOSE)]
         return body, None
+    header = _CALL_ID_HEADER.match(text[:_HEAD_CHARS])
+    if header is not None:
+        return text[header.end() :], None
     return text, None
 
 
@@ -379,6 +390,72 @@ def _digest(text: str) -> str:
     return blake2b(text.encode("utf-8", "replace"), digest_size=8).hexdigest()
 
 
+# An exception named in an error line: "ValueError: ...", "InterpreterError: ...".
+_EXCEPTION = re.compile(r"\b[A-Z][A-Za-z0-9_]{0,60}(?:Error|Exception)\b:")
+# Where an error's exception line is looked for: its last lines. A traceback ends with it;
+# a framework's error puts it on one line between its own header and a fixed footer
+# ("Now let's retry: ..."), which would make every error of that framework look alike.
+_SUBSTANCE_TAIL_CHARS = 2000
+_SUBSTANCE_LINES = 8
+# Quoted text this long in an error is an echo of the input (the source line that failed,
+# the command run), not the kind of error: "failed at line 'x = search(...)' due to: ...".
+_LONG_QUOTE = re.compile(r"'[^'\n]{40,400}'|\"[^\"\n]{40,400}\"")
+
+
+def _exception_line(text: str) -> str | None:
+    """The error's last line naming an exception, from the exception on, among its last
+    few lines (a bounded tail is read)."""
+    lines = text[-_SUBSTANCE_TAIL_CHARS:].splitlines()[-_SUBSTANCE_LINES:]
+    for line in reversed(lines):
+        found = _EXCEPTION.search(line)
+        if found is not None:
+            return line[found.start() :]
+    return None
+
+
+# An error of fewer words than this that names no exception or known obstacle is a bare
+# rejection ("Invalid action!", "Error."): it does not say what is wrong, so trying other
+# things after it is how an agent finds out. The labelled WebShop runs recover after three
+# such rejections of different clicks.
+BARE_ERROR_WORDS = 4
+
+
+# A missing file or directory in the words of tools that do not say "No such file or
+# directory" (an editor's "The path /x does not exist", "Directory not found: /x"): the same
+# obstacle as the missing-file family, so one missing directory reached through ls, an
+# editor and a script is one failure. The word, at most a path (or the "<arg>" that stands
+# for the call's own argument), then the verdict: "file a.py: function f not found" is about
+# something in the file, not the file.
+_MISSING_PATH = re.compile(
+    r"\b(?:file|directory|folder|path)\b\s{0,3}(?:[:'\"`]?\s{0,3}[\w./~<>\\-]{1,200}['\"`]?\s{0,3})?"
+    r"(?:does(?: not|n't) exist|not found|is missing)\b",
+    re.IGNORECASE,
+)
+
+
+def error_substance(text: str) -> str:
+    """What failed, whichever tool or wording reported it: the error family (``F:``, a
+    missing file, a denied permission...), else the exception and its message (``X:``),
+    else the first and last lines (``L:``, or ``B:`` for a bare rejection that names
+    nothing, see BARE_ERROR_WORDS); masked (numbers, ids, temp names, long quoted echoes of
+    the input). Bounded: the head and a tail of the text are read."""
+    body, _ = unwrap(text)
+    family = error_family(body)
+    if family is not None:
+        return "F:" + family
+    head = body[:_HEAD_CHARS]
+    if _MISSING_PATH.search(head):
+        return "F:missing-file"
+    exception = _exception_line(body)
+    if exception is not None:
+        return "X:" + _digest(mask(_LONG_QUOTE.sub("<q>", exception[:300])))
+    lines = [ln for ln in head.strip().splitlines() if ln.strip()] or [""]
+    tail = body[-200:].strip().splitlines() or [""]
+    first, last = (_LONG_QUOTE.sub("<q>", ln) for ln in (lines[0][:200], tail[-1]))
+    bare = len(head.split(maxsplit=BARE_ERROR_WORDS)) < BARE_ERROR_WORDS
+    return ("B:" if bare else "L:") + _digest(mask(first) + "|" + mask(last))
+
+
 def result_key(text: str | None, outcome: Outcome) -> str:
     """A short key equal for results that count as "the same".
 
@@ -400,5 +477,6 @@ def result_key(text: str | None, outcome: Outcome) -> str:
         if trailer is not None:  # the same for every failure: key the message before it
             text = text.rstrip()[: -len(trailer)]
         lines = [ln for ln in text.strip().splitlines() if ln.strip()] or [""]
-        return "E:" + _digest(mask(lines[0][:200]) + "|" + mask(lines[-1][-200:]))
+        last = _exception_line(text) or lines[-1]
+        return "E:" + _digest(mask(lines[0][:200]) + "|" + mask(last[-200:]))
     return "D:" + _digest(" ".join(volatile_masked(text).split()))

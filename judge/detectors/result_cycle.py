@@ -6,6 +6,7 @@ from collections import deque
 from typing import Any
 
 from judge.detectors.base import LOOP_SCORE, Event, Finding, near_miss, short
+from judge.detectors.edits import modifies_files
 from judge.detectors.outcome import Outcome
 from judge.detectors.steps import Step
 from judge.verdict import LoopKind
@@ -29,6 +30,23 @@ FLIP_WINDOW = 40
 # in between, whatever else happens between (re-reading the file, searching). The labelling
 # rule's ">= 4 varied attempts that get the same error" (shared/recorded/LABELING.md).
 STUCK_FAILURES = 4
+# Same failure: one obstacle (a missing directory, an exhausted quota, an unavailable
+# flight) reported again and again whatever the agent tries: other tools, reworded
+# arguments, other code. Compared by substance (`outcome.error_substance`), not by text,
+# because each tool words it differently and echoes its own input. The obstacle named
+# once is the agent being told; a third failure on it with nothing succeeding in between
+# and nothing changed is a loop: the bar of three identical failures (exact_repeat's
+# failure limit) applied to calls that differ. Counted among the last
+# SAME_FAILURE_WINDOW failures, so one other failure in between (a typo, an undefined
+# helper tried instead) does not hide it. A bare rejection that names nothing
+# ("Invalid action!") needs SAME_FAILURE_BARE: it does not say what is wrong, and three
+# different attempts after it are how an agent finds out (labelled WebShop runs recover
+# so). Written from smolagents' web searches failing on spent credits through reworded
+# code; the two exemptions (bare rejections, failing commands that write files) from the
+# productive WebShop and mini-swe-agent runs that a plain count of three flagged.
+SAME_FAILURE = 3
+SAME_FAILURE_BARE = 4
+SAME_FAILURE_WINDOW = SAME_FAILURE_BARE
 # Outcomes that say nothing about progress and never form "the same result".
 _NO_RESULT = (Outcome.ACK, Outcome.NUMBER, Outcome.MISSING)
 
@@ -48,7 +66,11 @@ class ResultCycleDetector:
         "_whack",
         "_current",
         "_failures",
+        "_same",
+        "_same_edits",
     )
+    # Added after the first saved states: such a state starts with no failure run.
+    STATE_OPTIONAL = frozenset({"_same", "_same_edits"})
 
     def __init__(self, min_calls: int) -> None:
         self._min_calls = min_calls
@@ -64,6 +86,10 @@ class ResultCycleDetector:
         self._failures: deque[tuple[str, str, int, str, int]] = deque(maxlen=FLIP_WINDOW)
         self._whack: Finding | None = None
         self._current: Finding | None = None
+        # The current run of failures (substance, call index, tool), nothing succeeding
+        # or changed in between, and the edit epoch it belongs to.
+        self._same: deque[tuple[str, int, str]] = deque(maxlen=SAME_FAILURE_WINDOW)
+        self._same_edits = 0
 
     def observe(self, event: Event) -> Finding | None:
         if not isinstance(event, Step):
@@ -72,7 +98,8 @@ class ResultCycleDetector:
         self._track_streak(event)
         self._track_errors(event)
         streak = self._streak_finding(event)
-        candidates = [f for f in (streak, self._whack) if f is not None]
+        same = self._same_failure(event)
+        candidates = [f for f in (streak, self._whack, same) if f is not None]
         self._current = max(candidates, key=lambda f: f.score) if candidates else None
         return self._current
 
@@ -228,4 +255,40 @@ class ResultCycleDetector:
             summary=f"whack-a-mole: the same {step.call.name} error came back {returns}x "
             "after other errors",
             pattern=f"whack:{step.key}",
+        )
+
+    def _same_failure(self, step: Step) -> Finding | None:
+        """The same failure (by substance) SAME_FAILURE times among the last few failures,
+        through any calls, with no success and no file change in between."""
+        if step.outcome is Outcome.MISSING:
+            return None  # no result: says nothing either way
+        if not step.outcome.failed:
+            self._same.clear()
+            return None
+        # A new file change (or a failing command that also writes files: "cat > conf.py
+        # && build") makes the next failure a new attempt against changed input, as
+        # coding agents debug; so does a new edit epoch.
+        if step.edits != self._same_edits or modifies_files(step.call):
+            self._same.clear()
+            self._same_edits = step.edits
+        substance = step.substance if step.outcome is Outcome.ERROR else ""
+        self._same.append((substance, step.call_index, step.call.name))
+        if not substance:
+            return None  # "no results": exploring, never the obstacle itself
+        same = [(i, tool) for s, i, tool in self._same if s == substance]
+        needed = SAME_FAILURE_BARE if substance.startswith("B:") else SAME_FAILURE
+        if len(same) < 2:
+            return None
+        looping = len(same) >= needed
+        tools = sorted({tool for _, tool in same})
+        return self._error_finding(
+            step,
+            kind=LoopKind.SIMILAR_RETRY,
+            score=LOOP_SCORE if looping else near_miss(len(same), needed),
+            evidence=tuple(i for i, _ in same),
+            summary=f"the same failure {len(same)}x through {', '.join(tools)} with nothing "
+            "succeeding or changed in between",
+            pattern=f"failure:{substance}",
+            count=len(same),
+            limit=needed - 1,
         )

@@ -3,17 +3,26 @@
 Parallel calls in one assistant message become steps one by one, in call order. A call
 whose result never arrives becomes a step with outcome MISSING when the next assistant
 message shows the agent moved on.
+
+Some harnesses record a failed call's result as nothing (or a placeholder such as
+"(no output)") and report the error in the user-role message that follows: the step's
+outcome then comes from that message. A step whose result is empty waits for the next
+message (at most until the history has been read, `StepBuilder.drain`): a user message
+that opens with an error, or holds a strong error marker near its start (`classify`),
+becomes its result; anything else leaves the empty result as it is.
 """
 
 from __future__ import annotations
 
+import re
 from collections import deque
 from dataclasses import dataclass
 from hashlib import blake2b
 
 from judge.detectors.edits import modifies_files
-from judge.detectors.outcome import Outcome, classify, result_key
+from judge.detectors.outcome import Outcome, classify, error_substance, result_key
 from judge.history import RESULT_ROLES, Message, ToolCall
+from judge.user_turns import is_recovery
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,6 +37,9 @@ class Step:
     # New file changes made so far in the run, this step included (judge.detectors.edits):
     # two steps with the same count have no new edit between them.
     edits: int = 0
+    # For an error, what failed whichever tool reported it (`outcome.error_substance`);
+    # empty otherwise.
+    substance: str = ""
 
     def __post_init__(self) -> None:
         if not self.signature:
@@ -61,6 +73,34 @@ def _without_arguments(text: str, call: ToolCall) -> str:
     for value in values:
         text = text.replace(value, "<arg>")
     return text
+
+
+# What a harness records as the result of a call whose error it reports elsewhere: nothing,
+# or a stand-in that says there is nothing. Short, whole-result matches only.
+_PLACEHOLDER = re.compile(
+    r"\s*[(\[<]?\s*(?:none|null|nil|undefined|empty|no (?:output|content|result|response)"
+    r"(?: returned)?|tool (?:returned|produced) no output)\s*[)\]>]?\s*\.?\s*",
+    re.IGNORECASE,
+)
+_PLACEHOLDER_MAX_CHARS = 40
+# How much of a user message is taken as an error result: the verdict and the key read its
+# head and last lines, and a harness's error report fits (the tool results of the labelled
+# sets are cut to 4,000 characters, their errors are far shorter).
+USER_ERROR_CHARS = 2000
+
+
+def _placeholder(text: str) -> bool:
+    return len(text) <= _PLACEHOLDER_MAX_CHARS and (
+        not text.strip() or _PLACEHOLDER.fullmatch(text) is not None
+    )
+
+
+def _user_error(msg: Message) -> str | None:
+    """The error ``msg`` (a user-role message) reports, if it reports one."""
+    if msg.role != "user" or is_recovery(msg):
+        return None
+    text = msg.content[:USER_ERROR_CHARS]
+    return text if classify(text) is Outcome.ERROR else None
 
 
 # File changes remembered to tell a new edit from one re-applied (or a backup restored
@@ -120,6 +160,7 @@ class StepBuilder:
                     outcome,
                     result_key(keyed, outcome),
                     edits=self._edits,
+                    substance=error_substance(stripped or "") if outcome is Outcome.ERROR else "",
                 )
             )
         self._pending = []
@@ -139,17 +180,43 @@ class StepBuilder:
                 return pos
         return None
 
+    def _held(self) -> bool:
+        """Every call is answered but the steps wait: one result is empty (module doc)."""
+        return bool(self._pending) and len(self._results) == len(self._pending)
+
+    def drain(self) -> list[Step]:
+        """The steps waiting for the message after an empty result: the history has been
+        read to its end, so no such message came (yet); they are taken as they are."""
+        return self._flush() if self._held() else []
+
+    def answer(self, msg: Message) -> list[Step]:
+        """The steps ``msg`` completes when they wait for it (results one of which is
+        empty): an error it reports becomes the empty results' own. Called before ``msg``
+        is fed (`feed` does it too), so that a caller can take in those steps before
+        the message, in the order of the history."""
+        if not self._held():
+            return []
+        error = _user_error(msg)
+        if error is not None:
+            for pos, (_, text, is_error) in list(self._results.items()):
+                if _placeholder(text):
+                    self._results[pos] = (msg.index, error, is_error)
+        return self._flush()
+
     def feed(self, msg: Message) -> list[Step]:
+        held = self.answer(msg)
         if msg.role == "assistant":
             done = self._flush() if self._pending else []
             if msg.tool_calls:
                 self._pending = list(msg.tool_calls)
                 self._pending_index = msg.index
-            return done
+            return held + done
         if msg.role in RESULT_ROLES and self._pending:
             pos = self._match(msg)
             if pos is not None:
                 self._results[pos] = (msg.index, msg.content, msg.is_error)
             if len(self._results) == len(self._pending):
-                return self._flush()
-        return []
+                if any(_placeholder(text) for _, text, _ in self._results.values()):
+                    return held  # the next message may say why (module doc)
+                return held + self._flush()
+        return held

@@ -21,7 +21,7 @@ from judge.detectors.result_cycle import ResultCycleDetector
 from judge.detectors.revisit import RevisitDetector
 from judge.detectors.semantic_repeat import SemanticRepeatDetector
 from judge.detectors.similar_retry import SimilarRetryDetector
-from judge.detectors.steps import StepBuilder
+from judge.detectors.steps import Step, StepBuilder
 from judge.detectors.text_repetition import TextRepetitionDetector
 from judge.detectors.tool_classes import UNLIMITED, ToolClass, repeat_limit
 from judge.errors import EmbeddingsUnavailable, StateError
@@ -137,11 +137,15 @@ class DetectorSuite:
                 findings.pop(detector.name, None)
 
     def feed(self, msg: Message) -> None:
+        # Steps that waited for this message (after an empty result) come before it.
+        self._observe_steps(self._steps.answer(msg))
         # Most detectors look at call steps only; sparing them every message halves the
         # calls per turn.
         if self._message_detectors:
             self._observe(msg, self._message_detectors)
-        steps = self._steps.feed(msg)
+        self._observe_steps(self._steps.feed(msg))
+
+    def _observe_steps(self, steps: list[Step]) -> None:
         if steps:
             for step in steps:
                 if step.signature in self._echoes:
@@ -156,7 +160,9 @@ class DetectorSuite:
     def read(self) -> None:
         """The history has been read up to now: an echo of a refusal not in it never
         comes (a hook that does not record a denied call), so none is awaited any more,
-        and a later run of the same call is read as the run it is."""
+        and a later run of the same call is read as the run it is. Steps still waiting
+        for a message after an empty result are complete now."""
+        self._observe_steps(self._steps.drain())
         self._echoes.clear()
 
     def preflight(self, call: ToolCall) -> list[Finding]:
