@@ -74,6 +74,7 @@ class TailHistory(Sequence[Any]):
 
 
 def clip(text: str) -> str:
+    """``text``, cut to `MAX_TEXT_CHARS` with its length and a digest of the whole."""
     if len(text) <= MAX_TEXT_CHARS:
         return text
     whole = blake2b(text.encode("utf-8", "replace"), digest_size=8).hexdigest()
@@ -81,6 +82,7 @@ def clip(text: str) -> str:
 
 
 def digest(text: str) -> str:
+    """A short stable name for ``text``: a file name, a record of a text already fed."""
     return blake2b(text.encode("utf-8", "replace"), digest_size=12).hexdigest()
 
 
@@ -124,11 +126,13 @@ def response_text(response: Any) -> str:
 
 
 def call_message(call_id: str, name: str, arguments: Any) -> dict[str, Any]:
+    """One tool call as an assistant message of its own (Anthropic content blocks)."""
     block = {"type": "tool_use", "id": call_id, "name": name, "input": arguments}
     return {"role": "assistant", "content": [block]}
 
 
 def result_message(call_id: str, content: Any, is_error: bool) -> dict[str, Any]:
+    """The result of call ``call_id`` as the user message that follows its call."""
     text = content if isinstance(content, str) else block_text(content)
     block: dict[str, Any] = {"type": "tool_result", "tool_use_id": call_id, "content": clip(text)}
     if is_error:
@@ -153,5 +157,6 @@ def block_text(content: Any) -> str:
 
 
 def remember(items: list[str], item: str) -> None:
+    """Add ``item`` to ``items``, keeping only the last `REMEMBERED_IDS`."""
     items.append(item)
     del items[:-REMEMBERED_IDS]

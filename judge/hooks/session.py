@@ -1,4 +1,4 @@
-"""One coding agent's session as loop-judge follows it, across hook invocations.
+"""The hook session: what loop-judge answers to one coding agent's event.
 
 An agent runs its hook as a new process for each event, so the tracker cannot stay in
 memory: `HookSession` is one session's tracker plus what the hook needs to feed it (the
@@ -88,7 +88,7 @@ class SessionState(BaseModel):
 
 
 class HookSession:
-    """One Claude Code session as loop-judge follows it, across hook invocations.
+    """One coding agent's session as loop-judge follows it, across hook invocations.
 
     Build it from a saved `SessionState` (or none), call `answer` for each event, and save
     `state` afterwards; the SDK front-end keeps the object itself instead.

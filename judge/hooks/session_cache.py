@@ -53,6 +53,7 @@ class SessionCache:
         return item[1] if current == item[0] else None
 
     def put(self, path: Path, written: bytes, session: HookSession) -> None:
+        """Keep ``session``, whose state this process just wrote to ``path`` as ``written``."""
         with self._mutex:
             self._items[str(path)] = (written, session)
             self._items.move_to_end(str(path))

@@ -90,10 +90,10 @@ __all__ = [
     "read_transcript",
 ]
 
-# Names that live in `judge.hooks` since the session was split out of this module, and
-# the module each is loaded from on first use: importing them from here keeps working,
-# and importing this module (as Cursor's, Gemini CLI's and Codex's translators do for
-# `HookAnswer`) loads none of the session machinery.
+# The hook machinery's public names, importable from here as from their modules in
+# `judge.hooks`, and the module each is loaded from on first use: importing this module
+# (as Cursor's, Gemini CLI's and Codex's translators do for `HookAnswer`, and the session
+# itself does) loads none of that machinery.
 _MOVED = {
     "EXIT_HOOK": "judge.hooks.invocation",
     "answer_raw": "judge.hooks.invocation",
@@ -260,7 +260,7 @@ class HookAnswer:
         return out
 
 
-# -- the transcript ---------------------------------------------------------------------
+# -- where reading the transcript stopped ------------------------------------------------
 
 
 class TranscriptCursor(BaseModel):
@@ -442,6 +442,9 @@ class TranscriptFeed:
                 texts.append(block["text"])
         if texts and "".join(texts).strip():
             out.append({"role": "user", "content": clip("\n".join(texts))})
+
+
+# -- the command --------------------------------------------------------------------------
 
 
 def main(argv: Sequence[str] | None = None) -> int:
