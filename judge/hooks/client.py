@@ -59,7 +59,7 @@ IDLE_ENV = "LOOP_JUDGE_HOOK_IDLE_S"
 # after its answer, for "why is my hook slow?" (Claude Code shows a hook's stderr only in
 # its verbose mode when the hook exits 0).
 TRACE_ENV = "LOOP_JUDGE_HOOK_TRACE"
-# The state directory's variable (also judge.integrations.claude_code.DEFAULT_STATE_DIR_ENV).
+# The state directory's variable (also judge.hooks.session_files.DEFAULT_STATE_DIR_ENV).
 STATE_DIR_ENV = "LOOP_JUDGE_HOOK_STATE_DIR"
 # Settings of the hook machinery itself, not of the tracker: left out of the configuration
 # a daemon is chosen by.
@@ -72,7 +72,7 @@ CONFIG_PREFIX = "LOOP_JUDGE_"
 # answered in process instead (about half a second), inside Claude Code's 60 s per hook.
 ACCEPT_TIMEOUT_S = 1.0
 # How long to wait for the answer to an event the daemon took: its lock wait (the same
-# 30 s as the in-process path's, judge.integrations.claude_code.LOCK_WAIT_S) plus a judge
+# 30 s as the in-process path's, judge.hooks.session_files.LOCK_WAIT_S) plus a judge
 # check's margin. Answering in process after it took the event could feed it twice.
 ANSWER_TIMEOUT_S = 45.0
 # A daemon that fails to come up is not started again by every hook: at most once in
@@ -80,9 +80,9 @@ ANSWER_TIMEOUT_S = 45.0
 # up, or still importing, holds its lock file, and then none is started at all.
 SPAWN_BACKOFF_S = 2.0
 # Hook payloads above this go to the in-process path, which refuses them by the same
-# limit (judge.integrations.claude_code.MAX_PAYLOAD_BYTES).
+# limit (judge.hooks.invocation.MAX_PAYLOAD_BYTES).
 MAX_PAYLOAD_BYTES = 64 * 1024 * 1024
-# The hook's only exit code (judge.integrations.claude_code.EXIT_HOOK): 0, "go on".
+# The hook's only exit code (judge.hooks.invocation.EXIT_HOOK): 0, "go on".
 EXIT_HOOK = 0
 # A Unix socket's path is at most this many bytes with its final NUL (sun_path, Linux).
 MAX_SOCKET_PATH = 108

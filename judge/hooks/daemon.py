@@ -2,7 +2,7 @@
 
 `judge.hooks.client` starts it on demand (``python -m judge.hooks.daemon --socket PATH``),
 detached, and forwards each event to it over a Unix socket. It answers with exactly what
-the in-process path prints (`judge.integrations.claude_code.answer_raw`, the same code),
+the in-process path prints (`judge.hooks.invocation.answer_raw`, the same code),
 keeping each session's `HookSession` warm in a `SessionCache`; the state file is still
 written after every event and read again whenever another process wrote it, so nothing
 is lost when the daemon dies and the in-process path can take over at any event.
@@ -70,22 +70,24 @@ class Daemon:
     """One daemon: serves ``path`` until idle, stale or stopped."""
 
     def __init__(self, path: str, *, stamp: bytes | None = None, idle_s: float | None = None):
-        from judge.integrations import claude_code
+        from judge.hooks import invocation
+        from judge.hooks.session import HookSession
+        from judge.hooks.session_cache import SessionCache
 
         self.path = path
         self.stamp = client.stamp() if stamp is None else stamp
         env_idle = os.environ.get(client.IDLE_ENV)
         self.idle_s = idle_s if idle_s is not None else float(env_idle or IDLE_EXIT_S)
         self.env = client.encode_env(client.config_env())
-        self.config = claude_code.hook_config()
-        self.cache = claude_code.SessionCache()
-        self._answer = claude_code.answer_raw
+        self.config = invocation.hook_config()
+        self.cache = SessionCache()
+        self._answer = invocation.answer_raw
         self._stop = threading.Event()
         self._mutex = threading.Lock()
         self._threads: set[threading.Thread] = set()
         self._last = time.monotonic()
         # Warm what the first event would build: the tracker's models and detectors.
-        claude_code.HookSession(self.config).tracker  # noqa: B018 - built for its side effects
+        HookSession(self.config).tracker  # noqa: B018 - built for its side effects
         self._modules = _module_times()
 
     def stale(self) -> bool:

@@ -3,7 +3,7 @@
 The SDK delivers the same hook events as Claude Code's command hooks, as Python calls
 over its control protocol instead of processes: ``PreToolUse``, ``PostToolUse``,
 ``PostToolUseFailure`` and ``Stop`` reach `LoopJudgeHooks`, which hands each to the
-session's `judge.integrations.claude_code.HookSession` (the one place that decides what to
+session's `judge.hooks.session.HookSession` (the one place that decides what to
 answer) and returns that answer as the SDK's ``SyncHookJSONOutput`` (``continue_`` for
 ``continue``, as the SDK renames it). Sessions stay in memory, one tracker per
 ``session_id`` (a sub-agent's calls under their own ``agent_id``), so no state file or
@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any, cast
 import anyio
 
 from judge.errors import LoopJudgeError
+from judge.hooks.session import HookSession
 from judge.integrations.claude_code import (
     POST_TOOL_USE,
     POST_TOOL_USE_FAILURE,
@@ -37,7 +38,6 @@ from judge.integrations.claude_code import (
     SUBAGENT_STOP,
     HookAnswer,
     HookEvent,
-    HookSession,
 )
 
 if TYPE_CHECKING:

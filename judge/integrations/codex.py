@@ -1,4 +1,4 @@
-"""Codex CLI's hooks, answered by the Claude Code hook's session logic.
+"""Codex CLI's hooks, answered by the shared hook session.
 
 Codex runs command hooks from ``hooks.json`` or ``[hooks]`` in ``config.toml`` with the
 event's JSON on stdin, in Claude Code's shapes (openai/codex, codex-rs/hooks/schema/

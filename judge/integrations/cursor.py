@@ -1,9 +1,10 @@
-"""Cursor's agent hooks, answered by the Claude Code hook's session logic.
+"""Cursor's agent hooks, answered by the shared hook session.
 
 Cursor runs each command in ``.cursor/hooks.json`` (``version: 1``) as a new process per
 event, with the event's JSON on stdin, and reads one JSON object from its stdout (its
 hooks reference, cursor.com/docs/hooks). This module translates in both directions; the
-session, its state file and the daemon are the Claude Code hook's.
+session, its state file and the daemon are the ones the four agents share
+(`judge.hooks.session`, `judge.hooks.session_files`, `judge.hooks.daemon`).
 
 What is read (the common input of every agent hook, then each event's own fields):
 

@@ -1,4 +1,4 @@
-"""Gemini CLI's hooks, answered by the Claude Code hook's session logic.
+"""Gemini CLI's hooks, answered by the shared hook session.
 
 Gemini CLI runs a hook command per event with the event's JSON on stdin (its hooks
 reference, docs/hooks/reference.md in google-gemini/gemini-cli). The events loop-judge

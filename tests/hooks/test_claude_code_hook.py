@@ -533,7 +533,7 @@ def test_answer_json_shapes() -> None:
 
 def test_a_command_response_reads_as_its_output() -> None:
     from judge.detectors.outcome import Outcome, classify
-    from judge.integrations.claude_code import _response_text
+    from judge.hooks.messages import response_text as _response_text
 
     bash = {"stdout": "F. [100%]\n1 failed", "stderr": "", "interrupted": False, "isImage": False}
     assert _response_text(bash) == "F. [100%]\n1 failed"

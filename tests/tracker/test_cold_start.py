@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 
+from judge.hooks import invocation
 from judge.integrations import claude_code
 
 # A quiet turn needs none of these: the saved state's model, the recovery texts, the
@@ -105,7 +106,7 @@ def test_a_turn_that_would_suspend_is_refused_not_half_run() -> None:
         await suspends()
 
     with pytest.raises(RuntimeError, match="awaited an event loop"):
-        claude_code._run_without_loop(turn())
+        invocation._run_without_loop(turn())
 
 
 def test_the_hook_command_turns_plugins_off_for_its_call_only(
