@@ -25,7 +25,7 @@ from typing import Any
 
 from judge.config import TrackerConfig
 from judge_eval.dataset import KINDS
-from judge_eval.metrics import Metrics, compute_metrics, group_metrics, kind_of
+from judge_eval.metrics import Metrics, compute_metrics, group_metrics, kind_of, score
 from judge_eval.replay import TrajectoryResult
 from judge_eval.sweep import (
     GridReplay,
@@ -205,6 +205,13 @@ class LosoResult:
                 for f in self.folds
             ],
             "by_kind": {kind: m.to_dict() for kind, m in self.by_kind().items()},
+            # Per trajectory, held out: lets a reader score any subset (one dev set, say)
+            # the way the folds were scored, without replaying the grid again.
+            "pooled_trajectories": [
+                {"id": r.id, "outcome": s.outcome.value, "delay": s.delay}
+                for r in self.pooled_results
+                if (s := score(r)) is not None
+            ],
         }
 
 

@@ -244,6 +244,11 @@ def test_eval_loso_reports_folds_pooled_and_in_sample(
     assert loso["in_sample_default"] == report["runs"]["heuristics"]["metrics"]
     for key in ("tp", "fp", "fn", "tn"):
         assert loso["pooled"][key] == sum(f["held_out"][key] for f in loso["folds"]), key
+        rows = loso["pooled_trajectories"]
+        assert loso["pooled"][key] == sum(r["outcome"] == key.upper() for r in rows), key
+    assert {r["id"] for r in loso["pooled_trajectories"]} == {
+        t["id"] for t in report["runs"]["heuristics"]["trajectories"]
+    }
     assert sum(f["held_out"]["trajectories"] for f in loso["folds"]) == len(SMALL_FILES)
     markdown = (out / "report.md").read_text()
     assert "### heuristics: LOSO folds" in markdown and "### heuristics: LOSO by kind" in markdown
