@@ -56,11 +56,18 @@ def test_exploration_tool_gets_ten_identical_calls() -> None:
 
 
 def test_other_tool_fourth_call_and_per_tool_override() -> None:
+    # "weather" is neither a read nor a write by name: the other class's limit (3) holds.
     agent = Agent()
     for _ in range(4):
-        agent.call("get_weather", {"city": "Lima"}, '{"temp": 18}')
-    assert first_flag(replay(agent, explore_tools=("ls",))) == 4
-    assert first_flag(replay(agent, explore_tools=("ls",), tool_limits={"get_weather": 1})) == 2
+        agent.call("weather", {"city": "Lima"}, '{"temp": 18}')
+    assert first_flag(replay(agent)) == 4
+    assert first_flag(replay(agent, tool_limits={"weather": 1})) == 2
+    # A read-only tool by name asks for the same thing again: its third identical answer
+    # in a row is the read rule's loop (judge.detectors.revisit), whatever the class limit.
+    reader = Agent()
+    for _ in range(4):
+        reader.call("get_weather", {"city": "Lima"}, '{"temp": 18}')
+    assert first_flag(replay(reader, explore_tools=("ls",))) == 3
 
 
 def test_identical_failures_loop_from_the_third_whatever_the_tool() -> None:
