@@ -45,6 +45,46 @@ def test_modifying_tool_third_identical_call_is_a_loop() -> None:
     assert v.evidence == [2, 4, 6]
 
 
+def _legs(*flights: str) -> dict[str, Any]:
+    return {
+        "reservation_id": "XEWRD9",
+        "flights": [{"flight_number": f, "date": "2024-05-13"} for f in flights],
+    }
+
+
+def test_a_retry_still_passing_what_the_error_named_continues_the_failed_run() -> None:
+    agent = Agent()
+    error = "Error: flight HAT030 not available on date 2024-05-13"
+    agent.call("update_reservation", _legs("HAT030", "HAT223", "HAT052"), error)
+    agent.call("update_reservation", _legs("HAT030", "HAT223", "HAT052"), error)
+    # one leg fewer, but HAT030 (and its date) are booked again: the same error can only
+    # come back
+    agent.call("update_reservation", _legs("HAT030", "HAT052"), error)
+    verdicts = replay(agent)
+    assert first_flag(verdicts) == 3
+    flagged = verdicts[2]
+    assert flagged.source == "heuristic:exact_repeat" and flagged.evidence == [2, 4, 6]
+    assert "variants still passing what the error named" in (flagged.summary or "")
+
+
+def test_a_retry_that_changes_what_the_error_named_is_a_new_attempt() -> None:
+    agent = Agent()
+    for flight in ("HAT030", "HAT031", "HAT032"):  # each one the error named is replaced
+        agent.call(
+            "update_reservation",
+            _legs(flight, "HAT052"),
+            f"Error: flight {flight} not available on date 2024-05-13",
+        )
+    assert first_flag(replay(agent)) is None
+
+
+def test_the_same_error_naming_no_argument_does_not_join_variants() -> None:
+    agent = Agent()
+    for flights in (("HAT030", "HAT052"), ("HAT031",), ("HAT032", "HAT124")):
+        agent.call("update_reservation", _legs(*flights), "Error: payment declined")
+    assert first_flag(replay(agent)) is None
+
+
 def test_exploration_tool_gets_ten_identical_calls() -> None:
     # a targetless exploration call (a status poll); re-reading one file unchanged has the
     # lower limit of judge.detectors.revisit
