@@ -15,7 +15,9 @@ from judge.config import ResponseMode
 from judge.decision import Combined, combine
 from judge.detectors.base import Finding
 from judge.detectors.outcome import Outcome, classify, result_key, volatile_masked
+from judge.detectors.suite import DetectorSuite
 from judge.detectors.text_repetition import degenerate, prose, questions
+from judge.history import normalize_history
 from tests.fakes import Agent, replay_turns
 
 
@@ -65,6 +67,24 @@ def test_a_retry_still_passing_what_the_error_named_continues_the_failed_run() -
     flagged = verdicts[2]
     assert flagged.source == "heuristic:exact_repeat" and flagged.evidence == [2, 4, 6]
     assert "variants still passing what the error named" in (flagged.summary or "")
+
+
+def test_a_variant_run_survives_saving_the_detectors_at_every_message() -> None:
+    agent = Agent()
+    error = "Error: flight HAT030 not available on date 2024-05-13"
+    for flights in (("HAT030", "HAT223"), ("HAT030", "HAT223"), ("HAT030",)):
+        agent.call("update_reservation", _legs(*flights), error)
+    config = TrackerConfig(semantic="off")
+    live, restored = DetectorSuite(config), DetectorSuite(config)
+    for msg in normalize_history(agent.history):
+        live.feed(msg)
+        restored.feed(msg)
+        again = DetectorSuite(config)
+        again.restore(json.loads(json.dumps(restored.snapshot())))
+        restored = again
+    found = {f.detector: f for f in restored.findings()}
+    assert found["exact_repeat"].score == 1.0
+    assert restored.findings() == live.findings()
 
 
 def test_a_retry_that_changes_what_the_error_named_is_a_new_attempt() -> None:
