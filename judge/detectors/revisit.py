@@ -9,8 +9,9 @@ Two shapes of one loop that identical-call counting misses:
   viewed, another file, the same region again, the same search again; paging that wraps
   around to windows it showed before.
 
-A read is a step of a read-only tool (`ToolClass.EXPLORE`, an editor's ``view`` command, or
-a read-only shell command) that returned data. Its target is the path, URL or query it
+A read is a step of a read-only tool (`ToolClass.EXPLORE`, an editor's ``view`` command, a
+read-only shell command, or a tool given nothing but URLs, which fetches them) that returned
+data. Its target is the path, URL or query it
 names; a read-only tool that names none of them (``get_weather(city="Paris")``) is read by
 its other arguments, so the rule is the same whatever the tool is called. Only a status
 poll (a tool named for a status, job or wait) keeps the explore class's longer limit.
