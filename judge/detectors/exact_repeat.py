@@ -15,13 +15,62 @@ from judge.detectors.base import (
     near_miss,
     short,
 )
-from judge.detectors.steps import Step
+from judge.detectors.steps import STEP_RESULT_CHARS, Step
 from judge.detectors.tool_classes import UNLIMITED
 from judge.history import ToolCall
 from judge.verdict import LoopKind
 
 # Evidence kept per run: enough to cite the loop, bounded whatever its length.
 MAX_EVIDENCE = 12
+# What is read of an error to find the argument values it names: the head a step keeps.
+_ERROR_HEAD_CHARS = STEP_RESULT_CHARS
+# Argument values looked at per call, and their shortest length: "id" or "a" would be found
+# in almost any error text.
+_MAX_VALUES = 32
+_MIN_BLAMED_CHARS = 3
+# An error's words, without the quotes and punctuation around them ("'HAT030'," -> HAT030).
+_WORD_EDGES = "'\"`()[]{}<>,;:.!?"
+
+
+def _values(value: object, out: list[str]) -> None:
+    """The call's string and number arguments (bounded walk)."""
+    if len(out) >= _MAX_VALUES:
+        return
+    if isinstance(value, str):
+        out.append(value.strip())
+    elif isinstance(value, (int, float)) and not isinstance(value, bool):
+        out.append(str(value))
+    elif isinstance(value, dict):
+        for v in value.values():
+            _values(v, out)
+    elif isinstance(value, list):
+        for v in value:
+            _values(v, out)
+
+
+def blamed_values(step: Step) -> frozenset[str]:
+    """The argument values a failed step's error names: what the tool said was wrong."""
+    if not step.outcome.failed or not step.result:
+        return frozenset()
+    head = step.result[:_ERROR_HEAD_CHARS]
+    words = {w.strip(_WORD_EDGES) for w in head.split()}
+    values: list[str] = []
+    _values(step.call.parsed, values)
+    return frozenset(
+        v
+        for v in values
+        if len(v) >= _MIN_BLAMED_CHARS and (v in words if " " not in v else v in head)
+    )
+
+
+def keeps_blamed(previous: Step, step: Step) -> bool:
+    """Whether ``step`` passes again every value ``previous``'s error named."""
+    blamed = blamed_values(previous)
+    if not blamed:
+        return False
+    values: list[str] = []
+    _values(step.call.parsed, values)
+    return blamed <= set(values)
 
 
 class ExactRepeatDetector:
@@ -33,6 +82,12 @@ class ExactRepeatDetector:
     the same call with nothing between is one obstacle hit again, not new information.
     Runs of failures use the (lower) failure limit whatever the tool's class. A tool with
     an unlimited limit (``tool_limits`` of 0) is never flagged for successful repeats.
+
+    A failed run also continues with a variant of the call, the same tool failing with the
+    same error, when the variant still passes every argument value the error named ("flight
+    HAT030 not available": the retry books HAT030 again with one leg fewer). What the tool
+    said was wrong is unchanged; the agent changed something else, so the error can only
+    come back. A variant that drops or changes the named value starts a new run.
 
     A call ``check_call`` refused (`refused`) counts as one more attempt of the run: the
     agent tried it, and nothing changed that could make it turn out differently. So the
@@ -55,9 +110,10 @@ class ExactRepeatDetector:
         "_current",
         "_recent",
         "_refused",
+        "_variants",
     )
     # Attributes a state saved before they existed may lack (their reset value is kept).
-    STATE_OPTIONAL = frozenset({"_refused"})
+    STATE_OPTIONAL = frozenset({"_refused", "_variants"})
 
     def __init__(
         self,
@@ -84,6 +140,8 @@ class ExactRepeatDetector:
         self._recent.clear()
         # Attempts of the current run that were refused before they ran (`refused`).
         self._refused = 0
+        # Calls of the current failed run that were variants keeping the blamed values.
+        self._variants = 0
 
     def limit(self, name: str, failing: bool) -> int:
         """Identical calls allowed in a row (UNLIMITED: any number)."""
@@ -97,17 +155,32 @@ class ExactRepeatDetector:
         # Within a run every step failed, or every step gave the same result: a failed
         # run continues with any failure of the same call.
         failed_again = self._all_failed and event.outcome.failed
-        if same_call and (event.key == self._key or failed_again):
+        last = self._last
+        variant = (
+            not same_call
+            and failed_again
+            and last is not None
+            and self._count > 0
+            and event.call.name == last.call.name
+            and event.key == self._key
+            and keeps_blamed(last, event)
+        )
+        if (same_call and (event.key == self._key or failed_again)) or variant:
             self._count += 1
             self._all_failed = self._all_failed and event.outcome.failed
             self._varied = self._varied or event.key != self._key
             self._key = event.key
+            if variant:  # the variant is the call that would be repeated next
+                self._signature = event.signature
+                self._variants += 1
+                self._refused = 0
         else:
             self._signature, self._key, self._count = event.signature, event.key, 1
             self._all_failed = event.outcome.failed
             self._varied = False
             self._evidence.clear()
             self._refused = 0
+            self._variants = 0
         self._evidence.append(event.call_index)
         self._last = event
         self._recent.append(event)
@@ -192,6 +265,12 @@ class ExactRepeatDetector:
         # What ran and what did not are counted apart: the messages cited are the calls
         # that ran, and the count beside them must agree with them.
         summary = f"{describe_call(step)} called {self._count}x in a row, {outcome}"
+        if self._variants:
+            summary = (
+                f"{step.call.name} called {self._count}x in a row ({self._variants} of them "
+                f"variants still passing what the error named), {outcome}: "
+                f"{describe_call(step)}"
+            )
         if proposed:  # the call being checked, refused if this is a loop
             summary += f"; attempt {attempts} refused"
         elif self._refused:

@@ -9,8 +9,9 @@ Two shapes of one loop that identical-call counting misses:
   viewed, another file, the same region again, the same search again; paging that wraps
   around to windows it showed before.
 
-A read is a step of a read-only tool (`ToolClass.EXPLORE`, an editor's ``view`` command, or
-a read-only shell command) that returned data. Its target is the path, URL or query it
+A read is a step of a read-only tool (`ToolClass.EXPLORE`, an editor's ``view`` command, a
+read-only shell command, or a tool given nothing but URLs, which fetches them) that returned
+data. Its target is the path, URL or query it
 names; a read-only tool that names none of them (``get_weather(city="Paris")``) is read by
 its other arguments, so the rule is the same whatever the tool is called. Only a status
 poll (a tool named for a status, job or wait) keeps the explore class's longer limit.
@@ -23,7 +24,7 @@ from __future__ import annotations
 
 import re
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from hashlib import blake2b
 from typing import Any
 
@@ -36,14 +37,18 @@ from judge.user_turns import is_observation, is_recovery
 from judge.verdict import LoopKind
 
 # Same target, unchanged result, nothing in between: reads allowed in a row before the next
-# is a loop. Measured on evals/data and evals/coding_dev (longest such run per trajectory):
-#   productive  dev 87 runs: 0 or 1 | coding_dev 81 runs: 1 (76), 2 (5: grep/sed of one file)
-#   looping     dev 68 runs: 0 or 1 (63), 4-6 (4), 12 (1) | coding_dev 19 runs: 1
-# No productive run re-reads a target unchanged a third time in a row, so the fourth read is
-# a loop (one read of margin). Real loops re-read with other steps in between (the returns
-# below); the explore class limit of 10 (`explore_repeat_limit`) stays for targetless calls such as
-# status polls.
-READ_RUN_LIMIT = 3
+# is a loop. Measured on evals/data, evals/coding_dev and evals/unseen_dev (longest such run
+# per trajectory, before the onset for loops), URLs read by any tool that names nothing else:
+#   productive  data 87: 0 or 1 | coding_dev 81: 1 (76), 2 (5) | unseen_dev 68: 0 or 1
+#   looping     data 68, coding_dev 19, unseen_dev 15: 0 or 1 before the onset
+# The five runs of 2 are all shell commands (grep, then sed, of one file). A read named by a
+# tool's own arguments (a path, URL, query) asks for the same thing each time, so a third
+# identical answer in a row is a loop; no labelled productive run reads one twice unchanged.
+READ_RUN_LIMIT = 2
+# A shell read's target is only the files its command names (`_command_target`): different
+# commands over one file (grep for a pattern, then sed of a range) may print the same lines,
+# so they keep a read of margin over the longest productive run above (2).
+SHELL_READ_RUN_LIMIT = 3
 # Recent steps searched for content read before (the exact-repeat detector's recur_window).
 REVISIT_WINDOW = 12
 # Reads within the window, since the last file change, that return to a result already seen
@@ -85,6 +90,8 @@ _POLL_PARTS = frozenset(
         "results",
     }
 )  # fmt: skip
+# The target of a shell command that reads files: the files it names follow.
+_SHELL_TARGET = "sh:"
 # The target of a read named by its arguments alone: a digest of them follows.
 _ARGUMENTS_TARGET = "arg:"
 # Canonical arguments of a call that names nothing (judge.history.canonical_arguments).
@@ -124,9 +131,17 @@ def _path(text: str) -> str:
 
 
 def _url(text: str) -> str:
+    """The page a URL names. The fragment (``#section``) only scrolls the page the server
+    sends, so it never changes what a fetch reads; query parameters are sorted, since
+    their order does not change the resource either."""
     text = text.strip()
     scheme = _URL.match(text)
-    return (text[scheme.end() :] if scheme else text).rstrip("/").lower()
+    text = (text[scheme.end() :] if scheme else text).split("#", 1)[0]
+    base, _, query = text.partition("?")
+    base = base.rstrip("/").lower()
+    if not query:
+        return base
+    return base + "?" + "&".join(sorted(query.lower().split("&")))
 
 
 def _query(text: str) -> str:
@@ -140,7 +155,7 @@ def _command_target(command: str) -> str | None:
         return None
     words = _SHELL_WORD.findall(head, matched.start("command"))
     names = sorted({_path(w) for w in words if _pathlike(w) and not _URL.match(w)})
-    return "sh:" + ",".join(names) if names else None
+    return _SHELL_TARGET + ",".join(names) if names else None
 
 
 def _polls(name: str) -> bool:
@@ -157,7 +172,13 @@ def call_target(call: ToolCall) -> str | None:
     leaves: list[tuple[str, str]] = []
     _leaves(call.parsed, "", leaves)
     commands = [v for k, v in leaves if k in ("command", "cmd")]
-    explore = classify_tool(call.name) is ToolClass.EXPLORE or "view" in commands
+    tool_class = classify_tool(call.name)
+    explore = tool_class is ToolClass.EXPLORE or "view" in commands
+    if not explore and tool_class is ToolClass.OTHER and leaves:
+        # A call that names nothing but URLs (``visit_webpage(url)``, ``download(url)``)
+        # fetches them, whatever the tool is called; a side effect has a name that says
+        # so (`ToolClass.MODIFY`: post, send, submit) or arguments besides the address.
+        explore = all(_URL.match(value) for _, value in leaves)
     if not explore:
         shell = next((v for v in commands if v != "view"), None)
         return _command_target(shell) if shell is not None else None
@@ -188,10 +209,17 @@ class RevisitDetector:
     # Attributes a state saved before they existed may lack (their reset value is kept).
     STATE_OPTIONAL = frozenset({"_refused", "_run_result", "_run_call"})
 
-    def __init__(self, unlimited: Callable[[str], bool] | None = None) -> None:
+    def __init__(
+        self,
+        unlimited: Callable[[str], bool] | None = None,
+        tool_limits: Mapping[str, int] | None = None,
+    ) -> None:
         # Tools whose successful repeats are never a loop (``tool_limits`` of 0): their
         # re-reads in a row are not counted either.
         self._unlimited = unlimited
+        # A person's own limit for a tool (``tool_limits``) also bounds its re-reads in a
+        # row: they know how often that tool may answer the same.
+        self._tool_limits = dict(tool_limits or {})
         self.reset()
 
     def reset(self) -> None:
@@ -257,9 +285,12 @@ class RevisitDetector:
             return None
         tool, target, _, _, indices, count = self._run
         attempts = count + self._refused + int(proposed)
-        if attempts < READ_RUN_LIMIT:
+        limit = self._tool_limits.get(tool) or (
+            SHELL_READ_RUN_LIMIT if target.startswith(_SHELL_TARGET) else READ_RUN_LIMIT
+        )
+        if attempts < limit:
             return None
-        looping = attempts > READ_RUN_LIMIT
+        looping = attempts > limit
         what = (
             "with the same arguments"
             if target.startswith(_ARGUMENTS_TARGET)
@@ -277,7 +308,7 @@ class RevisitDetector:
             "tool": tool,
             "target": short(target, 120),
             "count": count,
-            "limit": READ_RUN_LIMIT,
+            "limit": limit,
             "result": short(result, 200),
         }
         if attempts != count:
@@ -285,7 +316,7 @@ class RevisitDetector:
         return Finding(
             detector=self.name,
             kind=LoopKind.EXACT_REPEAT,
-            score=LOOP_SCORE if looping else near_miss(attempts, READ_RUN_LIMIT),
+            score=LOOP_SCORE if looping else near_miss(attempts, limit),
             evidence=indices,
             summary=summary,
             pattern=f"revisit:{tool}:{short(target, 60)}",

@@ -63,7 +63,9 @@ def default_detectors(config: TrackerConfig) -> list[Detector]:
         RepeatedFeedbackDetector(),
         NoEffectDetector(),
         ReapplyDetector(),
-        RevisitDetector(unlimited=lambda name: limit_for(name) >= UNLIMITED),
+        RevisitDetector(
+            unlimited=lambda name: limit_for(name) >= UNLIMITED, tool_limits=config.tool_limits
+        ),
         *_semantic_detectors(config),
     ]
 

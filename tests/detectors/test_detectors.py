@@ -15,7 +15,9 @@ from judge.config import ResponseMode
 from judge.decision import Combined, combine
 from judge.detectors.base import Finding
 from judge.detectors.outcome import Outcome, classify, result_key, volatile_masked
+from judge.detectors.suite import DetectorSuite
 from judge.detectors.text_repetition import degenerate, prose, questions
+from judge.history import normalize_history
 from tests.fakes import Agent, replay_turns
 
 
@@ -45,6 +47,64 @@ def test_modifying_tool_third_identical_call_is_a_loop() -> None:
     assert v.evidence == [2, 4, 6]
 
 
+def _legs(*flights: str) -> dict[str, Any]:
+    return {
+        "reservation_id": "XEWRD9",
+        "flights": [{"flight_number": f, "date": "2024-05-13"} for f in flights],
+    }
+
+
+def test_a_retry_still_passing_what_the_error_named_continues_the_failed_run() -> None:
+    agent = Agent()
+    error = "Error: flight HAT030 not available on date 2024-05-13"
+    agent.call("update_reservation", _legs("HAT030", "HAT223", "HAT052"), error)
+    agent.call("update_reservation", _legs("HAT030", "HAT223", "HAT052"), error)
+    # one leg fewer, but HAT030 (and its date) are booked again: the same error can only
+    # come back
+    agent.call("update_reservation", _legs("HAT030", "HAT052"), error)
+    verdicts = replay(agent)
+    assert first_flag(verdicts) == 3
+    flagged = verdicts[2]
+    assert flagged.source == "heuristic:exact_repeat" and flagged.evidence == [2, 4, 6]
+    assert "variants still passing what the error named" in (flagged.summary or "")
+
+
+def test_a_variant_run_survives_saving_the_detectors_at_every_message() -> None:
+    agent = Agent()
+    error = "Error: flight HAT030 not available on date 2024-05-13"
+    for flights in (("HAT030", "HAT223"), ("HAT030", "HAT223"), ("HAT030",)):
+        agent.call("update_reservation", _legs(*flights), error)
+    config = TrackerConfig(semantic="off")
+    live, restored = DetectorSuite(config), DetectorSuite(config)
+    for msg in normalize_history(agent.history):
+        live.feed(msg)
+        restored.feed(msg)
+        again = DetectorSuite(config)
+        again.restore(json.loads(json.dumps(restored.snapshot())))
+        restored = again
+    found = {f.detector: f for f in restored.findings()}
+    assert found["exact_repeat"].score == 1.0
+    assert restored.findings() == live.findings()
+
+
+def test_a_retry_that_changes_what_the_error_named_is_a_new_attempt() -> None:
+    agent = Agent()
+    for flight in ("HAT030", "HAT031", "HAT032"):  # each one the error named is replaced
+        agent.call(
+            "update_reservation",
+            _legs(flight, "HAT052"),
+            f"Error: flight {flight} not available on date 2024-05-13",
+        )
+    assert first_flag(replay(agent)) is None
+
+
+def test_the_same_error_naming_no_argument_does_not_join_variants() -> None:
+    agent = Agent()
+    for flights in (("HAT030", "HAT052"), ("HAT031",), ("HAT032", "HAT124")):
+        agent.call("update_reservation", _legs(*flights), "Error: payment declined")
+    assert first_flag(replay(agent)) is None
+
+
 def test_exploration_tool_gets_ten_identical_calls() -> None:
     # a targetless exploration call (a status poll); re-reading one file unchanged has the
     # lower limit of judge.detectors.revisit
@@ -56,11 +116,18 @@ def test_exploration_tool_gets_ten_identical_calls() -> None:
 
 
 def test_other_tool_fourth_call_and_per_tool_override() -> None:
+    # "weather" is neither a read nor a write by name: the other class's limit (3) holds.
     agent = Agent()
     for _ in range(4):
-        agent.call("get_weather", {"city": "Lima"}, '{"temp": 18}')
-    assert first_flag(replay(agent, explore_tools=("ls",))) == 4
-    assert first_flag(replay(agent, explore_tools=("ls",), tool_limits={"get_weather": 1})) == 2
+        agent.call("weather", {"city": "Lima"}, '{"temp": 18}')
+    assert first_flag(replay(agent)) == 4
+    assert first_flag(replay(agent, tool_limits={"weather": 1})) == 2
+    # A read-only tool by name asks for the same thing again: its third identical answer
+    # in a row is the read rule's loop (judge.detectors.revisit), whatever the class limit.
+    reader = Agent()
+    for _ in range(4):
+        reader.call("get_weather", {"city": "Lima"}, '{"temp": 18}')
+    assert first_flag(replay(reader, explore_tools=("ls",))) == 3
 
 
 def test_identical_failures_loop_from_the_third_whatever_the_tool() -> None:

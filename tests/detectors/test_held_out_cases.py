@@ -47,14 +47,26 @@ WEATHER = json.dumps({"city": "Paris", "temp_c": 12, "sky": "cloudy"})
         ("get_weather", {"city": "Paris"}, WEATHER),
         ("lookup_order", {"order_id": "A-7"}, json.dumps({"status": "shipped"})),
         ("search_docs", {"query": "refund policy"}, "Refunds within 30 days."),
-        ("forecast", {"city": "Paris"}, WEATHER),
+        ("visit_webpage", {"url": "https://example.com/a"}, "<h1>A</h1>"),
     ],
 )
 async def test_identical_reads_are_flagged_at_the_same_point_whatever_the_name(
     name: str, args: dict[str, Any], result: str
 ) -> None:
-    # Three identical answers in a row are allowed, the 4th is a loop, for every tool.
-    assert await _first_flag(name, args, result) == 4
+    # Whatever a read-only tool is called, two identical answers in a row are allowed and
+    # the 3rd is a loop: it asked for the same thing and learnt nothing new twice.
+    assert await _first_flag(name, args, result) == 3
+
+
+async def test_a_tool_that_is_no_read_by_name_keeps_the_other_class_limit() -> None:
+    # "forecast" may be anything (a model run, a simulation): identical calls are counted
+    # by the exact-repeat rule, three allowed in a row.
+    assert await _first_flag("forecast", {"city": "Paris"}, WEATHER) == 4
+
+
+async def test_a_tool_limit_of_its_own_bounds_its_rereads_too() -> None:
+    config = TrackerConfig(semantic="off", tool_limits={"get_weather": 4})
+    assert await _first_flag("get_weather", {"city": "Paris"}, WEATHER, config=config) == 5
 
 
 async def test_a_status_poll_keeps_its_longer_limit() -> None:

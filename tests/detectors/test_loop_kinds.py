@@ -149,7 +149,55 @@ def test_read_targets_normalize_cosmetic_path_and_query_variants() -> None:
     assert target("get_order_status", {"order_id": "#W4821"}) is None
 
 
-def test_path_variants_returning_the_same_listing_loop_on_the_fourth() -> None:
+def test_url_targets_ignore_the_fragment_and_query_order_but_not_the_query() -> None:
+    def target(url: str) -> str | None:
+        return read_target(step("visit_webpage", {"url": url}, "<h1>Olympics</h1>", 1))
+
+    page = target("https://en.wikipedia.org/wiki/1928_Summer_Olympics")
+    assert page is not None
+    # a fragment only scrolls the page the server sends; a trailing slash names it too
+    assert target("https://en.wikipedia.org/wiki/1928_Summer_Olympics#Nations") == page
+    assert target("http://en.wikipedia.org/wiki/1928_Summer_Olympics/") == page
+    # the order of query parameters names the same resource, their values do not
+    assert target("https://x.org/t?date=1&dir=0") == target("https://x.org/t?dir=0&date=1")
+    assert target("https://x.org/t?date=1&dir=0") != target("https://x.org/t?date=2&dir=0")
+    assert target("https://x.org/t?date=1") != target("https://x.org/t")
+
+
+def test_a_tool_naming_only_a_url_reads_it_whatever_its_name() -> None:
+    assert read_target(step("visit_webpage", {"url": "https://a.org/p"}, "A", 1)) is not None
+    assert read_target(step("download", {"urls": ["https://a.org/p.pdf"]}, "ok", 1)) is not None
+    # a URL beside other arguments, or a tool named for its effect, is no read
+    comment = {"url": "https://a.org/p", "text": "Nice"}
+    assert read_target(step("comment_on", comment, "posted", 1)) is None
+    assert read_target(step("post_webhook", {"url": "https://a.org/hook"}, "200", 1)) is None
+
+
+def test_the_same_page_fetched_three_times_unchanged_loops() -> None:
+    page = "1928 Summer Olympics - Wikipedia\n" + "Participating nations ...\n" * 20
+    agent = Agent()
+    agent.call("web_search", {"query": "1928 olympics least athletes"}, "1. Wikipedia")
+    for url in (
+        "https://en.wikipedia.org/wiki/1928_Summer_Olympics",
+        "https://en.wikipedia.org/wiki/1928_Summer_Olympics",
+        "https://en.wikipedia.org/wiki/1928_Summer_Olympics#Number_of_athletes",
+    ):
+        agent.call("visit_webpage", {"url": url}, page)
+    verdicts = replay(agent)
+    assert first_flag(verdicts) == 4
+    assert verdicts[3].source == "heuristic:revisit"
+
+
+def test_a_page_fetched_again_that_changed_is_no_loop() -> None:
+    agent = Agent()
+    for n in range(4):  # a live page: each fetch says something new
+        agent.call("visit_webpage", {"url": "https://news.example/live"}, f"update {n}: ...")
+    for section in ("#intro", "#history", "#results"):  # new pages, one each
+        agent.call("visit_webpage", {"url": f"https://x.org/{section[1:]}"}, section * 10)
+    assert first_flag(replay(agent)) is None
+
+
+def test_path_variants_returning_the_same_listing_loop_past_the_limit() -> None:
     agent = Agent()
     # an exact repeat among the variants: fewer than four distinct calls for result_cycle
     for path in ("./src", "src/", "./src", "/repo/src", "src//"):
@@ -166,7 +214,7 @@ def test_creeping_depth_that_adds_nothing_loops() -> None:
     agent = Agent()
     for depth in (2, 3, 4, 5):
         agent.call("directory_tree", {"path": "/repo", "max_depth": depth}, TREE)
-    assert first_flag(replay(agent)) == 4
+    assert first_flag(replay(agent)) == 3
 
 
 def test_creeping_parameter_that_finds_something_is_progress() -> None:

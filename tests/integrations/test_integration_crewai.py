@@ -176,11 +176,11 @@ def test_a_looping_agent_is_warned_then_stopped(hooks: LoopJudgeHooks) -> None:
 def test_a_stubborn_model_runs_the_tool_only_its_limit(hooks: LoopJudgeHooks) -> None:
     """The identical call past its limit is refused before it runs, its result is the
     recovery message, and it stays refused (each refusal a rung higher) until the stop:
-    the lookup ran three times (three identical answers), never again."""
+    the lookup ran twice (two identical answers: the read rule's limit), never again."""
     tools, llm = Tools(), scripted(looping)
     with pytest.raises(LoopDetected):
         crew(llm, tools).kickoff()
-    assert tools.ran == ["7", "7", "7"]
+    assert tools.ran == ["7", "7"]
     assert [v.action for v in hooks.verdicts] == [
         Action.WARN,
         Action.WARN,
@@ -189,7 +189,7 @@ def test_a_stubborn_model_runs_the_tool_only_its_limit(hooks: LoopJudgeHooks) ->
     ]
     # Each refused call's result, as the model read it, is the recovery message.
     results = [m for m in llm.inputs[-1] if m.get("role") == "tool"]
-    assert [FENCE in str(m["content"]) for m in results] == [False] * 3 + [True] * 3
+    assert [FENCE in str(m["content"]) for m in results] == [False] * 2 + [True] * 3
     assert not any("blocked by hook" in str(m["content"]) for m in results)
 
 
@@ -278,7 +278,7 @@ def test_a_judge_that_fails_never_reaches_the_agent(caplog: pytest.LogCaptureFix
     assert judge.calls_to(fast)
     assert "judge check failed" in caplog.text
     assert hooks.verdicts[-1].action is Action.STOP
-    assert tools.ran == ["7", "7", "7"]
+    assert tools.ran == ["7", "7"]
 
 
 def test_hooks_leave_crewai_when_done() -> None:

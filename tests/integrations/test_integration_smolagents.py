@@ -265,7 +265,7 @@ class CountingTools:
 def test_a_guarded_stubborn_agent_runs_the_tool_only_its_limit(judge: LoopJudgeCallback) -> None:
     """With ``guard``, the identical call past its limit is refused before it runs: its
     observation is the recovery text, each refusal a rung higher, and the stop ends the
-    run; the lookup ran three times (three identical answers), never again."""
+    run; the lookup ran twice (two identical answers: the read rule's limit), never again."""
     tools = CountingTools()
     model = ScriptedModel(looping)
     agent = judge.guard(
@@ -280,7 +280,7 @@ def test_a_guarded_stubborn_agent_runs_the_tool_only_its_limit(judge: LoopJudgeC
     with pytest.raises(LoopDetected) as caught:
         agent.run("Where is my order 7?")
     assert caught.value.verdict.action is Action.STOP
-    assert tools.ran == ["7", "7", "7"]
+    assert tools.ran == ["7", "7"]
     assert [v.action for v in judge.verdicts] == [
         Action.WARN,
         Action.WARN,

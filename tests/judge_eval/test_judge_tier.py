@@ -107,15 +107,16 @@ def test_a_loop_barely_in_view_is_left_out_and_productive_runs_are_negative() ->
 
 
 def test_the_heuristics_move_and_take_the_judge_s_turns_as_in_use() -> None:
-    # The same call 12 times: the suspicion brings a check forward (turn 3, before the
-    # schedule's turn 5), then the heuristics' own loop verdict takes the later turns.
+    # The same read 12 times: the suspicion at the 2nd identical answer brings a check
+    # forward (turn 2, before the schedule's turn 5), then the heuristics' own loop verdict
+    # takes the later turns.
     traj = run(12, onset_turn=None)
     for msg in traj.messages:
         for call in msg.get("tool_calls") or []:
             call["function"]["arguments"] = json.dumps({"path": "src/same.py"})
         if msg["role"] == "tool":
             msg["content"] = "same contents"
-    assert [w.turn for w in windows_of(traj)] == [3]
+    assert [w.turn for w in windows_of(traj)] == [2]
     assert [w.turn for w in windows_of(run(12, onset_turn=None))] == [5, 10]
 
 

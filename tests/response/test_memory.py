@@ -71,10 +71,15 @@ def test_no_raw_text_reaches_the_store(tmp_path: Path) -> None:
     assert sum(e.recoveries for e in entries) == tracker.stats.recoveries_succeeded
 
 
-def read_twice() -> Agent:
+# A status poll: the explore class's limit of 10 applies to it, not the read rule's 2
+# (judge.detectors.revisit), so two identical answers are far below its limit.
+POLL = ("get_build_status", {"build_id": "b-41"}, "running")
+
+
+def poll_twice() -> Agent:
     agent = Agent()
     for _ in range(2):
-        agent.call("read_file", {"path": "config.yaml"}, "port: 8080")
+        agent.call(*POLL)
     return agent
 
 
@@ -86,19 +91,19 @@ def judged(db: Path | None, **cfg: Any) -> tuple[LoopTracker, ScriptedJudge]:
 
 def test_a_remembered_pattern_brings_the_judge_forward(tmp_path: Path) -> None:
     db = tmp_path / "loops.sqlite"
-    # session 1: read_file on the same file 11 times (the explore limit is 10)
+    # session 1: the same status poll 11 times (the explore limit is 10)
     first = Agent()
     for _ in range(11):
-        first.call("read_file", {"path": "config.yaml"}, "port: 8080")
+        first.call(*POLL)
     assert any(play(LoopTracker(TrackerConfig(memory_path=db)), first.history))
 
-    # session 2: two identical reads are far below the limit (suspicion 0.1)...
+    # session 2: two identical polls are far below the limit (suspicion 0.1)...
     tracker, client = judged(None)
-    verdicts = play(tracker, read_twice().history)
+    verdicts = play(tracker, poll_twice().history)
     assert verdicts[-1].suspicion == pytest.approx(0.1) and client.requests == []
     # ...but a remembered pattern is raised to the suspicion cap: an early judge check
     tracker, client = judged(db)
-    verdicts = play(tracker, read_twice().history)
+    verdicts = play(tracker, poll_twice().history)
     assert len(client.calls_to("fake/fast")) == 1 and not verdicts[-1]
     assert verdicts[-1].suspicion == pytest.approx(0.5)  # raised by the memory
 

@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 from judge import LoopTracker, TrackerConfig
+from judge.detectors.revisit import READ_RUN_LIMIT
 from judge.verdict import Action, Verdict
 
 pytestmark = pytest.mark.anyio
@@ -173,15 +174,15 @@ async def test_an_overridden_loop_is_not_refused() -> None:
 
 
 async def test_a_refused_read_stays_refused_whatever_the_tool_is_called() -> None:
-    """The read rule (three identical answers in a row) refuses the 4th identical read and
+    """The read rule (two identical answers in a row) refuses the 3rd identical read and
     every one after it, as the repeat rule does for commands."""
     agent = Agent(LoopTracker(CONFIG))
     weather = json.dumps({"city": "Paris", "temp_c": 12})
     for _ in range(8):
         await agent.step("get_weather", {"city": "Paris"}, weather)
-    assert agent.ran == 3
+    assert agent.ran == READ_RUN_LIMIT == 2
     assert [v.action for v in agent.refusals[:4]] == LADDER
-    assert "read with the same arguments 3x in a row" in (agent.refusals[0].summary or "")
+    assert "read with the same arguments 2x in a row" in (agent.refusals[0].summary or "")
     assert not any(agent.turns)
 
 
