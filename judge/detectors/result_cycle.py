@@ -7,6 +7,7 @@ from typing import Any
 
 from judge.detectors.base import LOOP_SCORE, Event, Finding, near_miss, short
 from judge.detectors.edits import modifies_files
+from judge.detectors.exact_repeat import blamed_values
 from judge.detectors.outcome import Outcome
 from judge.detectors.steps import Step
 from judge.verdict import LoopKind
@@ -88,7 +89,8 @@ class ResultCycleDetector:
         self._current: Finding | None = None
         # The current run of failures (substance, call index, tool), nothing succeeding
         # or changed in between, and the edit epoch it belongs to.
-        self._same: deque[tuple[str, int, str]] = deque(maxlen=SAME_FAILURE_WINDOW)
+        # (substance, call index, tool, the argument values the error named)
+        self._same: deque[tuple[str, int, str, tuple[str, ...]]] = deque(maxlen=SAME_FAILURE_WINDOW)
         self._same_edits = 0
 
     def observe(self, event: Event) -> Finding | None:
@@ -272,10 +274,22 @@ class ResultCycleDetector:
             self._same.clear()
             self._same_edits = step.edits
         substance = step.substance if step.outcome is Outcome.ERROR else ""
-        self._same.append((substance, step.call_index, step.call.name))
+        named = tuple(sorted(blamed_values(step))) if substance else ()
+        if named:
+            # The error names what the agent passed ("flight HAT031 not available"): when
+            # the last failure of this substance named a value this one does not, the agent
+            # tried another option and it failed too, a search through alternatives rather
+            # than the same obstacle met again. Errors naming nothing the call passed (a missing
+            # directory reached through a shell command, a spent credit) still group.
+            earlier = next((e for e in reversed(self._same) if e[0] == substance), None)
+            if earlier is not None and earlier[3] and not set(earlier[3]) <= set(named):
+                kept = [e for e in self._same if e[0] != substance]
+                self._same.clear()
+                self._same.extend(kept)
+        self._same.append((substance, step.call_index, step.call.name, named))
         if not substance:
             return None  # "no results": exploring, never the obstacle itself
-        same = [(i, tool) for s, i, tool in self._same if s == substance]
+        same = [(i, tool) for s, i, tool, _ in self._same if s == substance]
         needed = SAME_FAILURE_BARE if substance.startswith("B:") else SAME_FAILURE
         if len(same) < 2:
             return None
