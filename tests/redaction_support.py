@@ -66,17 +66,29 @@ def assert_no_leaks(figures: dict[str, Any]) -> None:
 
 def assert_redaction_grows_linearly(unit: str) -> None:
     """Twice the input costs about twice the time, never four times (quadratic): ``unit``
-    repeated to 25 kB and to 100 kB, best of three runs each."""
+    repeated to 25 kB and to 100 kB, best of three runs each.
 
-    def cost(size: int) -> float:
-        text = unit * (size // len(unit))
-        best = float("inf")
-        for _ in range(3):
-            # CPU time: other work on a shared machine stretches the wall clock, not this.
-            started = time.process_time()
-            redact(text)
-            best = min(best, time.process_time() - started)
-        return best
+    The larger input stops at its first run under the bound: the best of three is under it
+    exactly when one run is, so the outcome is the same, and a passing unit costs one large
+    run instead of three (most of the time these tests took). A quadratic rule still runs
+    all three and fails; the smaller input keeps its three runs, since its best sets the
+    bound and a lower one is the stricter test."""
 
-    small, large = cost(25_000), cost(100_000)
-    assert large < max(small * 8, 0.05), (small, large)
+    def cost(text: str) -> float:
+        # CPU time: other work on a shared machine stretches the wall clock, not this.
+        started = time.process_time()
+        redact(text)
+        return time.process_time() - started
+
+    def text(size: int) -> str:
+        return unit * (size // len(unit))
+
+    small_text, large_text = text(25_000), text(100_000)
+    small = min(cost(small_text) for _ in range(3))
+    bound = max(small * 8, 0.05)
+    large: list[float] = []
+    for _ in range(3):
+        large.append(cost(large_text))
+        if large[-1] < bound:
+            break
+    assert min(large) < bound, (small, large)
