@@ -216,29 +216,34 @@ def _start(config: TrackerConfig, sidecar: bool) -> LoopTracker:
     return LoopTracker(config)
 
 
-async def _saved_text(case: dict[str, Any], config: TrackerConfig, sidecar: bool) -> str:
-    """The JSON of the state and the override records after a looping history."""
+# Turns past STATE_TURNS over which a restored session's verdicts are compared with an
+# unrestored one's: the turns after the flag, where the ladder's memory has to survive.
+VERDICT_TURNS = STATE_TURNS + 2
+
+
+async def _session(
+    case: dict[str, Any], config: TrackerConfig, sidecar: bool
+) -> tuple[str, list[Any]]:
+    """One looping session: the JSON of its state and override records at the end, and its
+    verdict per turn. ``sidecar``: as the sidecar runs a session (from an empty state, then
+    restored from its JSON before every turn). One replay gives both, so the corpus is
+    replayed once per path rather than once per question asked of it."""
     tracker = _start(config, sidecar)
-    for history in _looping(history_for(case["text"], case["placement"]), STATE_TURNS):
+    seen = []
+    for history in _looping(history_for(case["text"], case["placement"]), VERDICT_TURNS):
         verdict = await tracker.turn_started(history)
+        seen.append((verdict.looping, verdict.kind, verdict.action, verdict.evidence))
         if sidecar:
             tracker = LoopTracker.from_state(config, tracker.state.model_dump_json())
     tracker.override(verdict if verdict.pattern else "exact", f"fine, it needs {case['text']}")
     overrides = json.dumps([r.model_dump() for r in tracker.overrides])
-    return tracker.state.model_dump_json() + overrides
+    return tracker.state.model_dump_json() + overrides, seen
 
 
-async def _verdicts(case: dict[str, Any], config: TrackerConfig, *, restore: bool) -> list[Any]:
-    """Verdicts per turn; ``restore``: as the sidecar runs a session (from an empty state,
-    then restored from its JSON before every turn)."""
-    tracker = _start(config, restore)
-    seen = []
-    for history in _looping(history_for(case["text"], case["placement"]), STATE_TURNS + 2):
-        v = await tracker.turn_started(history)
-        seen.append((v.looping, v.kind, v.action, v.evidence))
-        if restore:
-            tracker = LoopTracker.from_state(config, tracker.state.model_dump_json())
-    return seen
+async def _saved_text(case: dict[str, Any], config: TrackerConfig, sidecar: bool) -> str:
+    """The JSON of the state and the override records after a looping session."""
+    text, _ = await _session(case, config, sidecar)
+    return text
 
 
 def measure_saved_state(cases: list[dict[str, Any]] | None = None) -> dict[str, Any]:
@@ -250,10 +255,14 @@ def measure_saved_state(cases: list[dict[str, Any]] | None = None) -> dict[str, 
 
     async def run() -> dict[str, Any]:
         figures: dict[str, Any] = {"secret_cases": len(secrets)}
+        verdicts: dict[str, list[list[Any]]] = {}
         for path, sidecar in (("library", False), ("sidecar", True)):
-            leaks = [
-                c["id"] for c in secrets if leaked(await _saved_text(c, on, sidecar), c["secrets"])
-            ]
+            leaks = []
+            for c in secrets:
+                text, seen = await _session(c, on, sidecar)
+                verdicts.setdefault(c["id"], []).append(seen)
+                if leaked(text, c["secrets"]):
+                    leaks.append(c["id"])
             false = [
                 c["id"] for c in lookalikes if "[REDACTED:" in await _saved_text(c, on, sidecar)
             ]
@@ -264,11 +273,8 @@ def measure_saved_state(cases: list[dict[str, Any]] | None = None) -> dict[str, 
                 "falsely_redacted": false,
             }
         raw = [c["id"] for c in secrets if leaked(await _saved_text(c, off, False), c["secrets"])]
-        differ = [
-            c["id"]
-            for c in secrets
-            if await _verdicts(c, on, restore=True) != await _verdicts(c, on, restore=False)
-        ]
+        # The sidecar's session (restored every turn) against the library's (never restored).
+        differ = [c["id"] for c in secrets if verdicts[c["id"]][0] != verdicts[c["id"]][1]]
         figures.update(
             leaks_without_redaction=len(raw),
             lookalike_cases=len(lookalikes),
