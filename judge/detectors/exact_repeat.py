@@ -64,13 +64,22 @@ def blamed_values(step: Step) -> frozenset[str]:
 
 
 def keeps_blamed(previous: Step, step: Step) -> bool:
-    """Whether ``step`` passes again every value ``previous``'s error named."""
+    """Whether ``step`` passes again every value ``previous``'s error named, and nothing
+    the previous call did not pass.
+
+    The second half tells a retry that only drops or reorders around the blamed value (the
+    same booking minus one leg, still with the unavailable flight) from a new attempt that
+    happens to keep a value the error mentions: another order id in the store the error
+    names, another endpoint on the host it names. Those bring new input; only the first
+    is the same request again."""
     blamed = blamed_values(previous)
     if not blamed:
         return False
     values: list[str] = []
     _values(step.call.parsed, values)
-    return blamed <= set(values)
+    before: list[str] = []
+    _values(previous.call.parsed, before)
+    return blamed <= set(values) and set(values) <= set(before)
 
 
 class ExactRepeatDetector:

@@ -433,6 +433,61 @@ _MISSING_PATH = re.compile(
 )
 
 
+# What an environment refusing the agent says, whatever the call: spent credits or quota,
+# payment, an unreachable service. No change of the call's own input fixes these, so the
+# same one again through reworded calls is the agent not taking the answer in; an error
+# about the input ("order not found", an assertion) is what trying other inputs is for.
+_ENVIRONMENT = re.compile(
+    r"not enough credits|out of credits|insufficient (?:credits?|quota|funds|balance)|"
+    r"quota (?:exceeded|exhausted)|exceeded (?:your|the) (?:current )?quota|"
+    r"payment required|\b402\b|service unavailable|\b503\b|connection refused|"
+    r"could not connect|failed to connect|network is unreachable|name or service not known",
+    re.IGNORECASE,
+)
+# Families that are such refusals (the others name the input: a file, a command).
+_ENVIRONMENT_FAMILIES = frozenset({"permission", "auth", "rate-limit"})
+# A path as error messages print it ("/repo/src", "./a/b", "~/x"), bounded per component.
+_PATH = re.compile(r"(?:~|\.{1,2})?/[\w.@+-]{1,100}(?:/[\w.@+-]{1,100}){0,30}")
+
+
+def missing_paths(text: str) -> tuple[str, ...]:
+    """The paths an error names (bounded: its head), without trailing separators."""
+    head = unwrap(text)[0][:_HEAD_CHARS]
+    return tuple(sorted({p.rstrip("/.") for p in _PATH.findall(head)} - {""}))
+
+
+def related_paths(a: tuple[str, ...], b: tuple[str, ...]) -> bool:
+    """Whether two sets of paths touch: one path equal to, inside or above another. One
+    missing directory reached as ``/work/data``, ``/work/data/train.csv`` and
+    ``/work/data/*.csv`` is related throughout; ``/repo/src`` and ``/repo/lib`` are two
+    guesses."""
+    return any(p == q or p.startswith(q + "/") or q.startswith(p + "/") for p in a for q in b)
+
+
+def obstacle(text: str, substance: str) -> str:
+    """The substance of an error that the same-failure rule may group across calls, or "".
+
+    Only failures that no change of the call's input can fix qualify: an environment's
+    refusal (``F:`` families of permission, auth and rate limits; an exception or message
+    naming spent credits, quota, payment, an unreachable service), and a missing path (the
+    rule compares the paths named, `related_paths`, so that one missing directory reached
+    through ``ls``, an editor and a script is one obstacle while three different guessed
+    directories are three guesses). Bounded: the head and a tail of the text are read."""
+    if not substance or substance.startswith("B:"):
+        return ""
+    family = substance[2:] if substance.startswith("F:") else None
+    if family in _ENVIRONMENT_FAMILIES:
+        return substance
+    body, _ = unwrap(text)
+    head = body[:_HEAD_CHARS]
+    if family == "missing-file":
+        return substance  # which paths: `missing_paths`, compared by the rule
+    tail = body[-_SUBSTANCE_TAIL_CHARS:]
+    if _ENVIRONMENT.search(head) or _ENVIRONMENT.search(tail):
+        return "O" + substance
+    return ""
+
+
 def error_substance(text: str) -> str:
     """What failed, whichever tool or wording reported it: the error family (``F:``, a
     missing file, a denied permission...), else the exception and its message (``X:``),

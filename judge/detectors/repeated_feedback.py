@@ -144,7 +144,7 @@ class RepeatedFeedbackDetector:
             # A new call that ran is the correction heeded: the run of corrections ends.
             # (Not the nag rule's: its loops make a new token search between nags and
             # return to the same answer; they are bounded by NAG_WINDOW instead.)
-            heeded = event.signature not in self._calls
+            heeded = event.outcome is not Outcome.MISSING and event.signature not in self._calls
             if heeded:
                 self._calls.append(event.signature)
                 if not new_data and event.edits == self._edits:

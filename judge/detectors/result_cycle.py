@@ -8,8 +8,9 @@ from typing import Any
 from judge.detectors.base import LOOP_SCORE, Event, Finding, near_miss, short
 from judge.detectors.edits import modifies_files
 from judge.detectors.exact_repeat import blamed_values
-from judge.detectors.outcome import Outcome
-from judge.detectors.steps import Step
+from judge.detectors.outcome import Outcome, missing_paths, related_paths
+from judge.detectors.steps import Step, user_error
+from judge.user_turns import is_observation, is_recovery
 from judge.verdict import LoopKind
 
 # How many recent errors whack-a-mole remembers: A, B, A, B, A needs five; a little more
@@ -31,23 +32,23 @@ FLIP_WINDOW = 40
 # in between, whatever else happens between (re-reading the file, searching). The labelling
 # rule's ">= 4 varied attempts that get the same error" (shared/recorded/LABELING.md).
 STUCK_FAILURES = 4
-# Same failure: one obstacle (a missing directory, an exhausted quota, an unavailable
-# flight) reported again and again whatever the agent tries: other tools, reworded
-# arguments, other code. Compared by substance (`outcome.error_substance`), not by text,
-# because each tool words it differently and echoes its own input. The obstacle named
-# once is the agent being told; a third failure on it with nothing succeeding in between
-# and nothing changed is a loop: the bar of three identical failures (exact_repeat's
-# failure limit) applied to calls that differ. Counted among the last
+# Same failure: one obstacle (spent credits, a denied permission, one missing directory)
+# reported again and again whatever the agent tries: other tools, reworded arguments, other code.
+# Compared by substance (`outcome.obstacle`), not by text, because each tool words it
+# differently and echoes its own input. Only failures no change of the call's input can
+# fix are grouped: an error about the input ("order not found", an assertion, another
+# guessed directory) is what trying other inputs is for. The obstacle named once is the
+# agent being told; a third failure on it with nothing succeeding, nothing written and no
+# new words from a person in between is a loop: the bar of three identical failures
+# (exact_repeat's failure limit) applied to calls that differ. Counted among the last
 # SAME_FAILURE_WINDOW failures, so one other failure in between (a typo, an undefined
-# helper tried instead) does not hide it. A bare rejection that names nothing
-# ("Invalid action!") needs SAME_FAILURE_BARE: it does not say what is wrong, and three
-# different attempts after it are how an agent finds out (labelled WebShop runs recover
-# so). Written from smolagents' web searches failing on spent credits through reworded
-# code; the two exemptions (bare rejections, failing commands that write files) from the
-# productive WebShop and mini-swe-agent runs that a plain count of three flagged.
+# helper tried instead) does not hide it. Written from smolagents' web searches failing on
+# spent credits through reworded code; the exemptions from productive WebShop,
+# mini-swe-agent and tau-bench shapes that a plain count of three flags.
 SAME_FAILURE = 3
-SAME_FAILURE_BARE = 4
-SAME_FAILURE_WINDOW = SAME_FAILURE_BARE
+SAME_FAILURE_WINDOW = 4
+# The substance of a missing file or directory (`outcome.obstacle`).
+MISSING_FILE = "F:missing-file"
 # Outcomes that say nothing about progress and never form "the same result".
 _NO_RESULT = (Outcome.ACK, Outcome.NUMBER, Outcome.MISSING)
 
@@ -57,7 +58,8 @@ class ResultCycleDetector:
     and whack-a-mole: error A, a fix, error B, a fix, error A again (same tool)."""
 
     name = "result_cycle"
-    reads_messages = False  # it reasons about call steps only
+    # Call steps, and user messages: a person's new words end a run of the same failure.
+    reads_messages = True
     # Attributes that make up the detector's state (serialized by LoopTracker.state).
     STATE = (
         "_key",
@@ -95,6 +97,14 @@ class ResultCycleDetector:
 
     def observe(self, event: Event) -> Finding | None:
         if not isinstance(event, Step):
+            if (
+                event.role == "user"
+                and not (is_observation(event) or is_recovery(event))
+                and user_error(event) is None  # a harness's error report is a result
+            ):
+                # A person's new words (another email, a name and zip code) make the next
+                # failure a new attempt with new information, not the same obstacle again.
+                self._same.clear()
             return self._current
         self._whack = None  # whack-a-mole speaks once, on the step that closes the circle
         self._track_streak(event)
@@ -274,8 +284,22 @@ class ResultCycleDetector:
             self._same.clear()
             self._same_edits = step.edits
         substance = step.substance if step.outcome is Outcome.ERROR else ""
-        named = tuple(sorted(blamed_values(step))) if substance else ()
-        if named:
+        if substance == MISSING_FILE:
+            # Which paths are missing decides whether this is the same obstacle.
+            named = missing_paths(step.result or "")
+            earlier = next((e for e in reversed(self._same) if e[0] == substance), None)
+            if (
+                earlier is not None
+                and named
+                and earlier[3]
+                and not related_paths(named, earlier[3])
+            ):
+                kept = [e for e in self._same if e[0] != substance]
+                self._same.clear()
+                self._same.extend(kept)
+        else:
+            named = tuple(sorted(blamed_values(step))) if substance else ()
+        if named and substance != MISSING_FILE:
             # The error names what the agent passed ("flight HAT031 not available"): when
             # the last failure of this substance named a value this one does not, the agent
             # tried another option and it failed too, a search through alternatives rather
@@ -290,7 +314,7 @@ class ResultCycleDetector:
         if not substance:
             return None  # "no results": exploring, never the obstacle itself
         same = [(i, tool) for s, i, tool, _ in self._same if s == substance]
-        needed = SAME_FAILURE_BARE if substance.startswith("B:") else SAME_FAILURE
+        needed = SAME_FAILURE
         if len(same) < 2:
             return None
         looping = len(same) >= needed

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from hashlib import blake2b
 
 from judge.detectors.edits import modifies_files
-from judge.detectors.outcome import Outcome, classify, error_substance, result_key
+from judge.detectors.outcome import Outcome, classify, error_substance, obstacle, result_key
 from judge.history import RESULT_ROLES, Message, ToolCall
 from judge.user_turns import is_recovery
 
@@ -37,8 +37,9 @@ class Step:
     # New file changes made so far in the run, this step included (judge.detectors.edits):
     # two steps with the same count have no new edit between them.
     edits: int = 0
-    # For an error, what failed whichever tool reported it (`outcome.error_substance`);
-    # empty otherwise.
+    # For an error that no change of the call's input fixes (an environment's refusal, a
+    # missing path), what failed whichever tool reported it (`outcome.obstacle`); empty
+    # otherwise, and for every other error.
     substance: str = ""
 
     def __post_init__(self) -> None:
@@ -50,6 +51,10 @@ class Step:
         if self.result_index is None:
             return (self.call_index,)
         return (self.call_index, self.result_index)
+
+
+def _obstacle(text: str) -> str:
+    return obstacle(text, error_substance(text))
 
 
 # Detectors quote at most 200 characters of a result; the rest would only swell the
@@ -95,7 +100,7 @@ def _placeholder(text: str) -> bool:
     )
 
 
-def _user_error(msg: Message) -> str | None:
+def user_error(msg: Message) -> str | None:
     """The error ``msg`` (a user-role message) reports, if it reports one."""
     if msg.role != "user" or is_recovery(msg):
         return None
@@ -160,7 +165,7 @@ class StepBuilder:
                     outcome,
                     result_key(keyed, outcome),
                     edits=self._edits,
-                    substance=error_substance(stripped or "") if outcome is Outcome.ERROR else "",
+                    substance=_obstacle(stripped or "") if outcome is Outcome.ERROR else "",
                 )
             )
         self._pending = []
@@ -196,7 +201,7 @@ class StepBuilder:
         the message, in the order of the history."""
         if not self._held():
             return []
-        error = _user_error(msg)
+        error = user_error(msg)
         if error is not None:
             for pos, (_, text, is_error) in list(self._results.items()):
                 if _placeholder(text):

@@ -362,7 +362,9 @@ class TextRepetitionDetector:
     def _alike(self, head: str, calls: str, saved: str) -> bool:
         """Whether a message (its sampled text and its calls) repeats a saved one: the
         same calls, and the same text once a shared opening is set aside."""
-        other, _, other_calls = saved.partition(_CALLS_SEP)
+        # The calls' signatures are canonical JSON (never a raw NUL); the text before them
+        # may hold one, so the split is at the last separator.
+        other, _, other_calls = saved.rpartition(_CALLS_SEP)
         if calls != other_calls:
             # Different calls (a path, a line number: one character is another file) are a
             # different action, whatever the prose says; calls varied around one target

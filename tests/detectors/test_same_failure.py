@@ -8,7 +8,7 @@ from typing import Any
 import anyio
 
 from judge import LoopKind, LoopTracker, TrackerConfig, Verdict
-from judge.detectors.outcome import Outcome, classify, error_substance, result_key
+from judge.detectors.outcome import Outcome, classify, error_substance, obstacle, result_key
 from judge.detectors.steps import Step, StepBuilder
 from judge.history import normalize_message
 from tests.fakes import Agent, replay_turns
@@ -247,13 +247,13 @@ def empty_result_then(agent: Agent, n: int, user: str | None, placeholder: str =
 
 def test_an_error_in_the_user_message_after_an_empty_result_is_the_outcome() -> None:
     agent = Agent()
-    error = "Error: tool fetch_page failed: ConnectionError: example.org refused the connection"
+    error = "Error: tool fetch_page failed: ConnectionError: [Errno 111] Connection refused"
     empty_result_then(agent, 1, error)
     agent.say("Done.")
     (step,) = steps_of(agent.history)
     assert step.outcome is Outcome.ERROR
     assert step.result == error and step.result_index == 4
-    assert step.substance == error_substance(error)
+    assert step.substance == obstacle(error, error_substance(error)) != ""
 
 
 def test_a_placeholder_result_is_read_like_an_empty_one() -> None:
@@ -310,3 +310,38 @@ def test_empty_results_with_varied_user_replies_are_not_a_loop() -> None:
     for n in range(4):
         empty_result_then(agent, n, f"Page {n} saved. What should I look at next, item {n}?")
     assert first_flag(replay(agent)) is None
+
+
+# -- what is not one obstacle -----------------------------------------------------------------
+
+
+def test_other_inputs_each_refused_are_options_tried_not_one_obstacle() -> None:
+    """An error about the input ("order not found") is what trying other inputs is for:
+    three order ids, each unknown, are a search; as are three guessed directories."""
+    orders = Agent()
+    for order in ("W2378156", "W2378157", "W9911002"):
+        orders.call("get_order_details", {"order_id": order}, "Error: order not found")
+    assert first_flag(replay(orders)) is None
+    guesses = Agent()
+    for folder in ("/repo/src", "/repo/lib", "/repo/source"):
+        guesses.call(
+            "bash",
+            {"command": f"ls {folder}"},
+            f"ls: cannot access '{folder}': No such file or directory",
+        )
+    assert first_flag(replay(guesses)) is None
+
+
+def test_a_person_s_new_words_between_failures_make_a_new_attempt() -> None:
+    """The same refusal after the user gave new details each time is the agent using them,
+    not the agent ignoring the obstacle."""
+    agent = Agent()
+    for n, reply in enumerate(("Try my work address then.", "Use name and zip: Ana 94107.", "")):
+        search(agent, n, template="Error: 503 Service Unavailable")
+        if reply:
+            agent.user(reply)
+    assert first_flag(replay(agent)) is None
+    without_words = Agent()
+    for n in range(3):
+        search(without_words, n, template="Error: 503 Service Unavailable")
+    assert first_flag(replay(without_words)) == 3
